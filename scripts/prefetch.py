@@ -6,8 +6,9 @@ setup.sh) fills the test cache (``$SWEFLOW_TEST_CACHE``, default ``~/.cache/swef
 same as ``cache_root()`` in tests/conftest.py) with:
 
 * ``rootfs/``: the Debian bookworm base layer the sandbox tests use (debootstrap; needs root);
-* ``wheelhouse/``: the wheels of every ``pip_packages`` entry of tests/data/envcache/specs.yaml,
-  for the spec's Python, so that an environment layer builds offline with
+* ``wheelhouse/``: the wheels of every ``pip_packages`` entry of the specs files of the test data
+  and of the demo task set (``SPECS``), for each spec's Python, so that an environment layer
+  builds offline with
   ``pip install --no-index --find-links <cache>/wheelhouse ...``.
 
 Idempotent: with both already there it does no work (a stamp holds the specs file's sha256).
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = ROOT / "tests" / "data" / "envcache" / "specs.yaml"
+SPECS = [ROOT / "tests" / "data" / "envcache" / "specs.yaml", ROOT / "data" / "demo" / "specs.yaml"]
 STAMP_NAME = ".sweflow-prefetch.json"
 STAMP_FORMAT = 1  # bump when what the wheelhouse holds changes for the same specs file
 
@@ -84,7 +85,7 @@ def wheel_targets(specs: dict) -> dict[str, list[str]]:
             if isinstance(pkgs, str):
                 pkgs = pkgs.split()
             if not all(isinstance(p, str) for p in pkgs):
-                raise SystemExit(f"{SPECS}: {repo} {version}: pip_packages must be strings")
+                raise SystemExit(f"{repo} {version}: pip_packages must be strings")
             out.setdefault(python, set()).update(pkgs)
     return {py: sorted(pkgs) for py, pkgs in sorted(out.items())}
 
@@ -94,7 +95,8 @@ def prefetch_wheels(cache: Path) -> bool:
 
     dest = cache / "wheelhouse"
     stamp = dest / STAMP_NAME
-    digest = hashlib.sha256(SPECS.read_bytes()).hexdigest()
+    specs_files = [p for p in SPECS if p.exists()]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in specs_files)).hexdigest()
     try:
         have = json.loads(stamp.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
@@ -107,7 +109,10 @@ def prefetch_wheels(cache: Path) -> bool:
     ):
         say(f"wheelhouse: up to date ({len(have['files'])} wheels in {dest})")
         return True
-    targets = wheel_targets(yaml.safe_load(SPECS.read_text()) or {})
+    merged: dict = {}
+    for path in specs_files:
+        merged.update(yaml.safe_load(path.read_text()) or {})
+    targets = wheel_targets(merged)
     dest.mkdir(parents=True, exist_ok=True)
     stamp.unlink(missing_ok=True)
     before = {p.name for p in dest.iterdir()}

@@ -8,6 +8,10 @@ ROOT=$PWD
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 
+# One setup at a time per checkout (parallel test runs would race on apt and pip).
+exec 9>"$ROOT/.setup.lock"
+flock 9
+
 # --- system packages --------------------------------------------------------------------------
 # gcc + libc6-dev: the sandbox's tiny C init; debootstrap: Debian base rootfs layers;
 # squashfs-tools + erofs-utils: read-only layer images; uidmap: rootless user namespaces;

@@ -38,6 +38,15 @@ def bookworm_rootfs() -> Path:
         return debootstrap_rootfs("bookworm", dest, progress=print)
 
 
+@pytest.fixture(scope="session")
+def wheelhouse() -> Path:
+    """The wheels of the test data's specs (scripts/prefetch.py), for offline environment builds."""
+    path = cache_root() / "wheelhouse"
+    if not any(path.glob("pytest-*.whl")):
+        pytest.fail(f"no wheelhouse at {path}: run `.venv/bin/python scripts/prefetch.py` first")
+    return path
+
+
 def path_snapshot(path: Path, contents: bool = True) -> tuple:
     """(mode, size, mtime, ctime, owner[, sha256 or link target]) of one path, not followed."""
     st = os.lstat(path)

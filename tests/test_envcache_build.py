@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cache_root
 from typer.testing import CliRunner
 
 from sweflow.cli import app
@@ -44,14 +43,6 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = root / "more-itertools__more-itertools.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(bundle), str(target)], check=True)
     return root
-
-
-@pytest.fixture(scope="module")
-def wheelhouse() -> Path:
-    path = cache_root() / "wheelhouse"
-    if not any(path.glob("pytest-*.whl")):
-        pytest.fail(f"no wheelhouse at {path}: run `.venv/bin/python scripts/prefetch.py` first")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -214,6 +214,21 @@ def test_bare_mirror_layouts(history: History, tmp_path: Path, layout: str) -> N
     assert (tmp_path / "dest" / "README").read_text() == "v2\n"
 
 
+def test_bundle_in_the_mirror_is_cloned_once_per_content(history: History, tmp_path: Path) -> None:
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    bundle = mirror / "acme__widget.bundle"
+    git("bundle", "create", str(bundle), "--all", cwd=history.work)
+    source = RepoSource(mirror=mirror, cache=tmp_path / "cache")
+    first = source.resolve(REPO, commits=history.commits)
+    assert source.resolve(REPO) == first and first.parent == tmp_path / "cache"
+    export_commit(first, history.commits[0], tmp_path / "dest")
+    assert_clean_checkout(tmp_path / "dest", history.commits[0])
+    # a bundle with other contents under the same name is a new clone, not a stale one
+    git("bundle", "create", str(bundle), history.commits[1], "--branches", cwd=history.work)
+    assert source.resolve(REPO) != first
+
+
 def test_symlinked_non_bare_mirror_and_local_path(history: History, tmp_path: Path) -> None:
     mirror = tmp_path / "mirror"
     mirror.mkdir()

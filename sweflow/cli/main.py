@@ -10,11 +10,13 @@ from sweflow.cli.bench import bench_app
 from sweflow.cli.common import App, BaseOption, console, spec_from_options
 from sweflow.cli.env import env_app
 from sweflow.cli.sandbox import sandbox_app
+from sweflow.cli.synth import synth
 
 app = App(help="sweflow: build, validate and grade SWE environments; train and evaluate agents.")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(env_app, name="env")
 app.add_typer(bench_app, name="bench")
+app.command()(synth)
 
 
 @app.command()

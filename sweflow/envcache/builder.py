@@ -51,6 +51,12 @@ WHEELHOUSE = "/wheelhouse"
 SUITE_PYTHONS = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
 HOST_PYTHON_BASE = "debian:bookworm"  # pyenv interpreters here are built against bookworm's libs
 PYENV_ROOTS = ("~/.pyenv/versions", "/opt/pyenv/versions")
+# Files the install step leaves untracked (an egg-info, a generated _version.py) are not the
+# agent's work: listed in .git/info/exclude, they stay out of `git status` and of every diff.
+EXCLUDE_INSTALL_FILES = (
+    "mkdir -p .git/info && git ls-files -z --others --exclude-standard --directory"
+    " | xargs -0 -r printf '/%s\\n' >> .git/info/exclude"
+)
 
 
 class BuildError(SweflowError):
@@ -372,7 +378,10 @@ class EnvBuilder:
         if spec.install:
             with self._sandbox(layers, upper, {**env}) as sandbox:
                 self._run(
-                    sandbox, f"set -euxo pipefail\ncd {WORKDIR}\n{spec.install}", log, "install"
+                    sandbox,
+                    f"set -euxo pipefail\ncd {WORKDIR}\n{spec.install}\n{EXCLUDE_INSTALL_FILES}",
+                    log,
+                    "install",
                 )
         else:
             with open(log, "a") as f:

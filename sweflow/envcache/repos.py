@@ -1,9 +1,10 @@
 """Repository sources for a task's ``repo`` ("owner/name"), and export of one commit as /testbed.
 
 A repository comes from a local path, a mirror folder (``DIR/owner__name`` or ``DIR/owner/name``,
-optionally with a ``.git`` suffix, bare or not, symlinks followed) or a git URL cloned once into
+optionally with a ``.git`` suffix, bare or not, symlinks followed, or a git bundle
+``DIR/owner__name.bundle`` as datasets ship them) or a git URL cloned once into
 ``cache_root()/repos/owner__name.git`` as a bare mirror and fetched again only when a needed
-commit is missing.
+commit is missing. A bundle is cloned once per content digest, so an updated bundle is seen.
 
 ``export_commit`` writes a self-contained, one-commit (shallow) repository: its pack holds only
 the commit and its tree, copied from the source's object database by ``rev-list |
@@ -19,6 +20,7 @@ bytes). Cloning and fetching a URL keep the user's config, for credentials and p
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -91,17 +93,25 @@ class RepoSource:
                     tried.append(candidate)
                     if (git_dir := _git_dir(candidate)) is not None:
                         return git_dir
+                bundle = mirror / f"{rel}.bundle"
+                tried.append(bundle)
+                if bundle.is_file():
+                    digest = hashlib.sha256(bundle.read_bytes()).hexdigest()[:16]
+                    dest = self._cache() / f"{owner}__{name}.{digest}.git"
+                    return _cached_clone(repo, str(bundle.resolve()), dest, commits)
         if self.url is not None:
             url = self.url.replace("{repo}", repo).replace("{owner}", owner).replace("{name}", name)
-            cache = Path(self.cache) if self.cache is not None else cache_root() / "repos"
-            return _cached_clone(repo, url, cache / f"{owner}__{name}.git", commits)
+            return _cached_clone(repo, url, self._cache() / f"{owner}__{name}.git", commits)
         if self.mirror is not None:
             raise RepoError(
                 f"{repo} is not in the repo mirror {self.mirror}: tried "
                 + ", ".join(str(p) for p in tried)
-                + " (layouts <owner>__<name> and <owner>/<name>, bare or not)"
+                + " (layouts <owner>__<name> and <owner>/<name>, bare or not, or a .bundle)"
             )
         raise RepoError(f"no source for repository {repo}: give a repo mirror, a path or a URL")
+
+    def _cache(self) -> Path:
+        return Path(self.cache) if self.cache is not None else cache_root() / "repos"
 
 
 def resolve_repo(

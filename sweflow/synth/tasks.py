@@ -1,0 +1,121 @@
+"""From a validated bug to a SWE-bench-format task, the way SWE-smith lays tasks out.
+
+The task's ``base_commit`` holds the bug and lacks the test files that contain its
+FAIL_TO_PASS tests (the agent must not read the answer key); ``test_patch`` restores those files
+and ``patch`` (the gold fix) reverts the bug. Commits are written with git plumbing through a
+throwaway index, so many tasks can be made at once and the work tree is never touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+
+from sweflow.envcache.specs import EnvSpec
+from sweflow.grading.evalscript import DEFAULT_EVAL_TYPE, DEFAULT_LOG_PARSER, make_eval_script
+from sweflow.instances import Instance
+from sweflow.synth.sources import SourceRepo, git
+
+ACTIVATE = ". /opt/sweflow/venv/bin/activate"  # the environment builder's venv
+STATEMENT_TESTS = 5  # failing tests quoted in a problem statement
+
+
+@dataclass(frozen=True)
+class Bug:
+    """A validated candidate: the mutated file and the tests it moves."""
+
+    file: str
+    operator: str
+    site: int
+    line: int
+    code: str
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    messages: dict[str, str]
+
+
+def test_file_of(test: str) -> str:
+    """``tests/test_a.py::Class::test_b[1]`` -> ``tests/test_a.py``."""
+    return test.split("::", 1)[0]
+
+
+def make_task(repo: SourceRepo, spec: EnvSpec, bug: Bug) -> Instance:
+    """Commit the bug (hidden tests removed) and describe it as an instance."""
+    source = repo.source
+    hidden = sorted({test_file_of(t) for t in bug.fail_to_pass})
+    commit = _commit_bug(repo, bug, hidden)
+    fix = _diff(repo, commit, repo.base_commit, [bug.file])
+    test_patch = _diff(repo, commit, repo.base_commit, hidden)
+    digest = hashlib.sha256(fix.encode()).hexdigest()[:8]
+    instance_id = f"{source.slug}-{source.version}.{bug.operator}__{digest}"
+    git(repo.root, "update-ref", f"refs/tasks/{instance_id}", commit)
+    instance = Instance(
+        instance_id=instance_id,
+        repo=source.repo,
+        base_commit=commit,
+        patch=fix,
+        test_patch=test_patch,
+        problem_statement=problem_statement(source.repo, bug),
+        created_at="2000-01-01T00:00:00Z",
+        version=source.version,
+        FAIL_TO_PASS=bug.fail_to_pass,
+        PASS_TO_PASS=bug.pass_to_pass,
+        environment_setup_commit=repo.base_commit,
+        image=f"sweflow/sweb.eval.x86_64.{instance_id.lower()}:latest",
+        log_parser=DEFAULT_LOG_PARSER,
+        eval_type=DEFAULT_EVAL_TYPE,
+        synth={
+            "source": source.text,
+            "operator": bug.operator,
+            "file": bug.file,
+            "line": bug.line,
+            "site": bug.site,
+        },
+    )
+    instance.eval_script = make_eval_script(instance, spec, activate=ACTIVATE)
+    return instance
+
+
+def problem_statement(repo: str, bug: Bug) -> str:
+    """An issue text from the failing tests' names and messages (no hint of the bug's place)."""
+    shown = bug.fail_to_pass[:STATEMENT_TESTS]
+    lines = [
+        f"Regression in {repo.split('/')[-1]}: {len(bug.fail_to_pass)} test(s) now fail",
+        "",
+        "After a recent change, these tests of the project fail although the behaviour they "
+        "check is correct:",
+        "",
+    ]
+    for test in shown:
+        message = bug.messages.get(test, "")
+        lines.append(f"- `{test}`" + (f": {message}" if message else ""))
+    if len(bug.fail_to_pass) > len(shown):
+        lines.append(f"- ... and {len(bug.fail_to_pass) - len(shown)} more")
+    lines += [
+        "",
+        "Please fix the library code so that these tests pass again; do not change the tests.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _commit_bug(repo: SourceRepo, bug: Bug, hidden: list[str]) -> str:
+    root = repo.root
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {"GIT_INDEX_FILE": os.path.join(scratch, "index")}
+        git(root, "read-tree", repo.base_commit, env=env)
+        mode = git(root, "ls-tree", repo.base_commit, "--", bug.file).split()[0]
+        blob = git(root, "hash-object", "-w", "--stdin", stdin=bug.code).strip()
+        git(root, "update-index", "--cacheinfo", f"{mode},{blob},{bug.file}", env=env)
+        git(root, "update-index", "--force-remove", "--", *hidden, env=env)
+        tree = git(root, "write-tree", env=env).strip()
+    message = f"Synthesized bug: {bug.operator} in {bug.file}:{bug.line}"
+    return git(root, "commit-tree", tree, "-p", repo.base_commit, "-m", message).strip()
+
+
+def _diff(repo: SourceRepo, old: str, new: str, paths: list[str]) -> str:
+    return git(
+        repo.root, "-c", "color.ui=false", "diff", "--no-ext-diff", "--no-renames",
+        old, new, "--", *paths,
+    )  # fmt: skip
