@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ from sweflow.synth.sources import SourceRepo, git
 
 ACTIVATE = ". /opt/sweflow/venv/bin/activate"  # the environment builder's venv
 STATEMENT_TESTS = 5  # failing tests quoted in a problem statement
+# Object addresses in failure messages differ between runs: one spelling keeps datasets identical.
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{4,}\b")
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def problem_statement(repo: str, bug: Bug) -> str:
         "",
     ]
     for test in shown:
-        message = bug.messages.get(test, "")
+        message = _ADDRESS.sub("0x...", bug.messages.get(test, ""))
         lines.append(f"- `{test}`" + (f": {message}" if message else ""))
     if len(bug.fail_to_pass) > len(shown):
         lines.append(f"- ... and {len(bug.fail_to_pass) - len(shown)} more")
