@@ -1,0 +1,51 @@
+"""The pipeline's flows: one per stage and ``end_to_end``, all over the same chain of stage tasks.
+
+A stage flow runs its stage and whatever that stage reads from (normally Cached), so
+``prefect deployment run 'evaluate/demo'`` re-runs evaluation alone on the outputs already on
+disk. Results persist under ``<run_dir>/.prefect-results`` (a LocalFileSystem block per run dir).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from prefect.filesystems import LocalFileSystem
+
+from sweflow.pipeline.config import UPSTREAM, PipelineConfig, Stage, load_pipeline_config
+from sweflow.pipeline.stages import stage_inputs
+from tasks import stages as stage_tasks
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+TASKS = {
+    "build_envs": stage_tasks.build_envs,
+    "validate_envs": stage_tasks.validate_envs,
+}
+
+
+def default_config() -> PipelineConfig:
+    return load_pipeline_config(DEFAULT_CONFIG)
+
+
+def result_storage(config: PipelineConfig) -> str:
+    """A saved LocalFileSystem block rooted in the run directory (Prefect needs it saved)."""
+    root = (config.run_dir / ".prefect-results").resolve()
+    name = "sweflow-results-" + hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    LocalFileSystem(basepath=str(root)).save(name, overwrite=True)
+    return f"local-file-system/{name}"
+
+
+def run_pipeline(config: PipelineConfig, targets: list[Stage]) -> dict[str, dict]:
+    """Run ``targets`` and what they read from, in order; each stage is one cached task."""
+    storage = result_storage(config)
+    forced = config.forced()
+    results: dict[str, dict] = {}
+    for stage in config.needed(targets):
+        upstream = [results[u] for u in UPSTREAM[stage]]
+        task = TASKS[stage].with_options(
+            result_storage=storage,
+            retries=config.retries,
+            refresh_cache=True if stage in forced else None,
+        )
+        results[stage] = task(config, stage_inputs(config, stage, upstream), *upstream)
+    return results

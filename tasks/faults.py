@@ -1,0 +1,23 @@
+"""Fault injection for rehearsals: a file `<run_dir>/.faults/<stage>` fails that stage once.
+
+A test (or an operator rehearsing recovery) creates the file; the stage's next attempt removes it
+and fails like a crashed process would, so ``prefect flow-run retry`` then finds the earlier
+stages Cached and re-runs this one. No file, no effect.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InjectedFault(RuntimeError):
+    """An infrastructure-like failure on request (a RuntimeError: retry policies treat it so)."""
+
+
+def maybe_fail(stage: str, run_dir: Path) -> None:
+    flag = Path(run_dir) / ".faults" / stage
+    try:
+        flag.unlink()
+    except FileNotFoundError:
+        return
+    raise InjectedFault(f"{stage}: injected fault ({flag} was present)")
