@@ -1,1 +1,14 @@
-"""Grading: eval scripts, patch application, swebench-format reports."""
+"""Grading: the reward (does a patch resolve a task?), evaluation runs, harness cross-checks.
+
+from sweflow.grading import Grader
+grader = Grader(store, specs)            # built instances of a layer store
+result = grader.reward(instance, patch)  # RewardResult(resolved, f2p/p2p counts, apply_status...)
+"""
+
+from __future__ import annotations
+
+# reward.py imports the environment builder only inside functions: the builder imports this
+# package's eval-script module, so a top-level import would be circular.
+from sweflow.grading.reward import Grader, GradingError, RewardResult, reward
+
+__all__ = ["Grader", "GradingError", "RewardResult", "reward"]

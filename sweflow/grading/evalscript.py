@@ -13,19 +13,21 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+from swebench.harness.constants import APPLY_PATCH_FAIL, END_TEST_OUTPUT, START_TEST_OUTPUT
 from swebench.harness.grading import get_logs_eval
 from swebench.harness.utils import make_test_spec
 from swebench.types import TestSpec
 from unidiff import PatchSet
 
 from sweflow.envcache.specs import EnvSpec, test_command
+from sweflow.grading.apply import REPO_DIR, apply_patch
+from sweflow.grading.runlog import RunLog
 from sweflow.instances import Instance
+from sweflow.sandbox import SandboxError
 
 HEREDOC = "EOF_SWEFLOW_114329324912"
 DEFAULT_LOG_PARSER = "parse_log_pytest"
 DEFAULT_EVAL_TYPE = "pass_and_fail"
-REPO_DIR = "/testbed"
 
 
 def patch_files(patch: str) -> list[str]:
@@ -37,8 +39,11 @@ def patch_files(patch: str) -> list[str]:
     return files
 
 
-def make_eval_script(instance: Instance, spec: EnvSpec, activate: str = "") -> str:
-    """The instance's eval script: its own when it has one, else built from ``spec``."""
+def make_eval_script(
+    instance: Instance, spec: EnvSpec, activate: str = "", repo_dir: str = REPO_DIR
+) -> str:
+    """The instance's eval script: its own when it has one, else built from ``spec``, for the
+    repository at ``repo_dir`` (/testbed; the reward benchmark runs it on a host checkout)."""
     if instance.eval_script:
         return instance.eval_script
     test_files = patch_files(instance.test_patch) if instance.test_patch else []
@@ -48,7 +53,7 @@ def make_eval_script(instance: Instance, spec: EnvSpec, activate: str = "") -> s
         "#!/bin/bash",
         "set -uxo pipefail",
         *([activate] if activate else []),
-        f"cd {REPO_DIR}",
+        f"cd {repo_dir}",
         *spec.eval_commands,
         reset,
     ]
@@ -86,10 +91,36 @@ class EvalRun:
     timed_out: bool = False
 
 
-APPLY_CHAIN = (
-    "git apply -v {p} || git apply -v --3way {p} || git apply -v --reject {p} "
-    "|| patch --batch --fuzz=5 -p1 -i {p}"
-)
+EVAL_SCRIPT_PATH = "/eval.sh"  # where run_instance copies it in the container
+TEST_OUTPUT_PATH = "/tmp/.sweflow-test-output"
+
+
+@dataclass(frozen=True)
+class EvalOutput:
+    """What running the eval script left: the log on disk, and whether it ran out of time."""
+
+    log_path: Path
+    timed_out: bool
+
+
+def run_eval_script(sandbox, spec: TestSpec, log_path: Path, timeout: float) -> EvalOutput:
+    """Run the spec's eval script like run_instance: ``/bin/bash /eval.sh``, stdout and stderr
+    merged into ``log_path`` (the harness's test_output.txt), its timeout note appended.
+
+    The output goes to a file inside the sandbox and is read back whole, so a long test log is
+    never cut the way an exec result's output is.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sandbox.write(EVAL_SCRIPT_PATH, spec.eval_script)
+    result = sandbox.exec(f"/bin/bash {EVAL_SCRIPT_PATH} >{TEST_OUTPUT_PATH} 2>&1", timeout=timeout)
+    try:
+        text = sandbox.read(TEST_OUTPUT_PATH).decode(errors="replace")
+    except SandboxError:
+        text = result.output
+    if result.timed_out:
+        text += f"\n\nTimeout error: {timeout} seconds exceeded."
+    log_path.write_text(text)
+    return EvalOutput(log_path, result.timed_out)
 
 
 def run_eval(
@@ -101,23 +132,23 @@ def run_eval(
     patch: str | None,
     timeout: float,
 ) -> EvalRun:
-    """Apply ``patch`` (if any) the way the harness does, run the eval script, parse the log."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    parts = []
+    """Apply ``patch`` (if any) the way the harness does, run the eval script, parse the log.
+
+    The apply chain's own output goes to ``<log>.apply.log``, not into the test log: the harness
+    grades the eval script's output alone.
+    """
     if patch:
-        sandbox.write("/tmp/sweflow/patch.diff", patch)
-        applied = sandbox.exec(
-            f"cd {REPO_DIR} && ({APPLY_CHAIN.format(p='/tmp/sweflow/patch.diff')})", timeout=120
-        )
-        parts.append(applied.output)
+        with_log = RunLog(instance.instance_id, log_path.with_suffix(".apply.log"))
+        try:
+            applied = apply_patch(sandbox, patch, with_log, timeout)
+        finally:
+            with_log.close()
         if not applied.ok:
-            log_path.write_text("".join(parts) + "\n>>>>> Patch Apply Failed\n")
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_text(f"{applied.output}\n{APPLY_PATCH_FAIL}\n")
             return EvalRun(log_path, patch_applied=False)
-    sandbox.write("/tmp/sweflow/eval.sh", spec.eval_script)
-    result = sandbox.exec("bash /tmp/sweflow/eval.sh 2>&1", timeout=timeout)
-    parts.append(result.output)
-    log_path.write_text("".join(parts))
-    if result.timed_out:
+    out = run_eval_script(sandbox, spec, log_path, timeout)
+    if out.timed_out:
         return EvalRun(log_path, timed_out=True)
     statuses, parsed = get_logs_eval(spec, str(log_path))
     return EvalRun(log_path, statuses=statuses, parsed=parsed)

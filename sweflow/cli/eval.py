@@ -1,0 +1,118 @@
+"""``sweflow eval``: grade predictions like ``python -m swebench.harness.run_evaluation``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sweflow.cli.common import BackendOption, console
+from sweflow.cli.env import (
+    BaseOverride,
+    DatasetOption,
+    InstancesOption,
+    MirrorOption,
+    RepoOption,
+    RepoUrlOption,
+    SpecsOption,
+    SplitOption,
+    StoreOption,
+    WheelhouseOption,
+    _progress,
+    build_with_progress,
+    load_dataset_rows,
+    make_builder,
+)
+
+STYLES = {"resolved": "green", "unresolved": "yellow", "error": "red", "empty": "dim"}
+
+
+def eval_command(
+    dataset: str = DatasetOption,
+    predictions: str = typer.Option(
+        ..., "--predictions", "-p", help="preds.json, preds.jsonl, or 'gold'."
+    ),
+    run_id: str = typer.Option(..., "--run-id", help="Names the run; a re-run resumes it."),
+    backend: str = BackendOption,
+    max_workers: int = typer.Option(2, "--max-workers", "-j", help="Instances graded at once."),
+    report_dir: Path = typer.Option(
+        Path("."), "--report-dir", help="Where <model>.<run_id>.json/.md go."
+    ),
+    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds per eval script."),
+    reject_test_edits: bool = typer.Option(
+        False, help="Grade patches that edit test files as unresolved."
+    ),
+    split: str = SplitOption,
+    specs: Path = SpecsOption,
+    repo_mirror: Path = MirrorOption,
+    repo: Path = RepoOption,
+    repo_url: str = RepoUrlOption,
+    instances: list[str] = InstancesOption,
+    store: Path = StoreOption,
+    base: str = BaseOverride,
+    wheelhouse: Path = WheelhouseOption,
+) -> None:
+    """Build what is missing, grade each prediction in a fresh sandbox, write swebench's files."""
+    from sweflow.grading.evaluate import evaluate
+    from sweflow.grading.predictions import load_predictions
+    from sweflow.grading.reward import Grader
+
+    rows = load_dataset_rows(dataset, split, instances)
+    preds = load_predictions(predictions, rows)
+    err = Console(stderr=True)
+    for error in preds.errors:
+        err.print(f"[yellow]skipped prediction:[/] {error}", highlight=False)
+    wanted = {p.instance_id for p in preds.items}
+    rows_to_build = [r for r in rows if r.instance_id in wanted]
+    builder = make_builder(
+        dataset, specs, store, repo_mirror, repo, repo_url, base, wheelhouse, max_workers
+    )
+    build_with_progress(builder, rows_to_build)
+    grader = Grader(
+        store,
+        builder.specs,
+        backend=backend,
+        timeout_s=timeout,
+        reject_test_edits=reject_test_edits,
+    )
+    with _progress() as bar:
+        task = bar.add_task("grading", total=len(preds.items))
+        summary = evaluate(
+            grader,
+            rows,
+            preds.items,
+            run_id,
+            report_dir=report_dir,
+            dataset_name=dataset,
+            max_workers=max_workers,
+            on_done=lambda o: bar.update(
+                task, advance=1, description=f"{o.status}: {o.instance_id}"
+            ),
+        )
+    table = Table(title=f"sweflow eval {run_id}")
+    for column in ("instance", "model", "status", "F2P", "P2P", "seconds", "reason"):
+        table.add_column(column, overflow="fold")
+    for o in sorted(summary.outcomes, key=lambda o: o.instance_id):
+        r = o.result
+        status = "resolved" if o.status == "cached" and o.resolved else o.status
+        style = STYLES.get(status, "")
+        table.add_row(
+            o.instance_id,
+            o.model,
+            f"[{style}]{o.status}[/]" if style else o.status,
+            f"{r.f2p_passed}/{r.f2p_total}" if r else "",
+            f"{r.p2p_passed}/{r.p2p_total}" if r else "",
+            f"{r.duration_s:.2f}" if r else "",
+            o.reason[:160],
+        )
+    console.print(table)
+    rep = summary.report
+    console.print(
+        f"resolved {rep['resolved_instances']}/{rep['total_instances']}  "
+        f"(unresolved {rep['unresolved_instances']}, empty {rep['empty_patch_instances']}, "
+        f"error {rep['error_instances']})   report: {summary.report_path}   "
+        f"summary: {summary.markdown_path}",
+        highlight=False,
+    )

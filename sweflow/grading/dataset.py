@@ -1,0 +1,52 @@
+"""A dataset ready to grade: its rows, specs and repositories, and a builder on a layer store.
+
+Datasets ship as ``tasks.jsonl`` with ``specs.yaml`` beside it and their repositories as git
+bundles, either beside it (tests/data/envcache) or in ``repos/`` (data/demo); the builder takes
+a bundle folder as its repo mirror. Used by the grading tests, the cross-check and the benchmark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
+from sweflow.envcache.specs import SpecTable, load_specs
+from sweflow.instances import Instance, load_instances
+
+
+def bundle_mirror(dataset: Path) -> Path:
+    """The folder of the dataset's repositories: ``repos/`` beside it, else its own folder."""
+    repos = dataset.parent / "repos"
+    return repos if repos.is_dir() else dataset.parent
+
+
+@dataclass
+class GradingData:
+    dataset: Path
+    instances: list[Instance]
+    specs: SpecTable
+    builder: EnvBuilder
+
+    @classmethod
+    def load(
+        cls,
+        dataset: Path,
+        store: Path,
+        wheelhouse: Path | None = None,
+        specs: Path | None = None,
+        mirror: Path | None = None,
+    ) -> GradingData:
+        table = load_specs(specs or dataset.with_name("specs.yaml"))
+        options = BuildOptions(
+            store=store, repo_mirror=mirror or bundle_mirror(dataset), wheelhouse=wheelhouse
+        )
+        instances = load_instances(dataset).raise_for_errors()
+        return cls(dataset, instances, table, EnvBuilder(table, options))
+
+    @property
+    def store(self) -> Path:
+        return self.builder.options.store
+
+    def build(self) -> list[BuildResult]:
+        return self.builder.build(self.instances)

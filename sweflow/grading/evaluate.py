@@ -1,0 +1,160 @@
+"""Evaluation runs with the files and layout of swebench 5's ``run_evaluation``.
+
+Under ``<root>/logs/run_evaluation/<run_id>/<model>/<instance_id>/`` each graded prediction gets
+report.json, test_output.txt, patch.diff, eval.sh and run_instance.log (the Grader writes them
+where run_instance does); ``<run_id>/run.json`` records the dataset, and the summary
+``<model>.<run_id>.json`` comes from swebench's own ``make_run_report``, plus a Markdown twin.
+As in the harness, empty patches are not run, and an instance whose report.json exists is not
+run again, so a re-run with the same run id resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from swebench.harness.constants import LOG_INSTANCE, LOG_REPORT, RUN_EVALUATION_LOG_DIR
+
+from sweflow.errors import SweflowError
+from sweflow.grading.patches import is_empty
+from sweflow.grading.predictions import Prediction
+from sweflow.grading.reward import Grader, RewardResult
+from sweflow.grading.runlog import RunLog
+from sweflow.instances import Instance
+
+_CWD_LOCK = threading.Lock()  # make_run_report reads logs relative to the working directory
+
+
+@dataclass
+class Outcome:
+    """One prediction's fate in a run: status resolved, unresolved, empty, error, or cached (a
+    report.json from an earlier run with this run id)."""
+
+    instance_id: str
+    model: str
+    status: str
+    resolved: bool
+    reason: str
+    result: RewardResult | None = None
+
+
+@dataclass
+class RunSummary:
+    outcomes: list[Outcome]
+    report_path: Path
+    markdown_path: Path
+    report: dict
+
+
+def instance_dir(root: Path, run_id: str, model: str, instance_id: str) -> Path:
+    """Where run_evaluation keeps one instance's files."""
+    return root / RUN_EVALUATION_LOG_DIR / run_id / model.replace("/", "__") / instance_id
+
+
+def evaluate(
+    grader: Grader,
+    instances: list[Instance],
+    predictions: list[Prediction],
+    run_id: str,
+    *,
+    root: Path = Path("."),
+    report_dir: Path = Path("."),
+    dataset_name: str = "",
+    max_workers: int = 2,
+    on_done: Callable[[Outcome], None] | None = None,
+) -> RunSummary:
+    """Grade every prediction (bounded concurrency), then write the run's summary files."""
+    if not predictions:
+        raise SweflowError("no predictions to evaluate")
+    by_id = {i.instance_id: i for i in instances}
+    root, report_dir = root.resolve(), report_dir.resolve()
+
+    def one(prediction: Prediction) -> Outcome:
+        outcome = _grade(grader, by_id[prediction.instance_id], prediction, root, run_id)
+        if on_done:
+            on_done(outcome)
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        outcomes = list(pool.map(one, predictions))
+    report_path = _run_report(instances, predictions, run_id, root, report_dir, dataset_name)
+    report = json.loads(report_path.read_text())
+    markdown = report_path.with_suffix(".md")
+    markdown.write_text(markdown_summary(run_id, report, outcomes))
+    return RunSummary(outcomes, report_path, markdown, report)
+
+
+def _grade(grader: Grader, instance: Instance, pred: Prediction, root: Path, run_id: str):
+    iid, model = pred.instance_id, pred.model_name_or_path
+    if is_empty(pred.model_patch):
+        return Outcome(iid, model, "empty", False, "empty patch: not run (as in the harness)")
+    out = instance_dir(root, run_id, model, iid)
+    report_file = out / LOG_REPORT
+    if report_file.exists():
+        resolved = bool(json.loads(report_file.read_text()).get(iid, {}).get("resolved"))
+        return Outcome(iid, model, "cached", resolved, f"report.json of an earlier run: {out}")
+    try:
+        result = grader.reward(instance, pred.model_patch, log_dir=out, model=model)
+    except SweflowError as exc:  # not built, no eval script: this instance only
+        log = RunLog(iid, out / LOG_INSTANCE)
+        log.error(f"Error in evaluating model for {iid}: {exc}")
+        log.close()
+        return Outcome(iid, model, "error", False, str(exc))
+    if result.report:
+        status = "resolved" if result.resolved else "unresolved"
+    else:
+        status = "error"  # no report.json: the harness counts it an error instance too
+    return Outcome(iid, model, status, result.resolved, result.reason, result)
+
+
+def _run_report(instances, predictions, run_id, root, report_dir, dataset_name) -> Path:
+    """swebench's run.json and make_run_report summary, written from ``root`` as the harness
+    would from its working directory (its printout is swallowed: the CLI prints a table)."""
+    from swebench.harness.reporting import make_run_report
+    from swebench.harness.run_evaluation import write_run_metadata
+
+    preds = {p.instance_id: p.to_row() for p in predictions}
+    rows = [{"instance_id": i.instance_id, "image": i.image or ""} for i in instances]
+    root.mkdir(parents=True, exist_ok=True)
+    with _CWD_LOCK, contextlib.chdir(root), contextlib.redirect_stdout(io.StringIO()):
+        write_run_metadata(run_id, dataset_name, "test", None)
+        return Path(make_run_report(preds, rows, run_id, None, str(report_dir))).resolve()
+
+
+def markdown_summary(run_id: str, report: dict, outcomes: list[Outcome]) -> str:
+    """The summary as Markdown: the harness's counts, then a row per prediction."""
+    counts = [
+        ("total", report["total_instances"]),
+        ("submitted", report["submitted_instances"]),
+        ("completed", report["completed_instances"]),
+        ("resolved", report["resolved_instances"]),
+        ("unresolved", report["unresolved_instances"]),
+        ("empty patch", report["empty_patch_instances"]),
+        ("error", report["error_instances"]),
+    ]
+    lines = [
+        f"# Evaluation {run_id}",
+        "",
+        "| " + " | ".join(name for name, _ in counts) + " |",
+        "|" + " --- |" * len(counts),
+        "| " + " | ".join(str(value) for _, value in counts) + " |",
+        "",
+        "| instance | model | status | F2P | P2P | seconds | reason |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for o in sorted(outcomes, key=lambda o: o.instance_id):
+        r = o.result
+        f2p = f"{r.f2p_passed}/{r.f2p_total}" if r else ""
+        p2p = f"{r.p2p_passed}/{r.p2p_total}" if r else ""
+        seconds = f"{r.duration_s:.2f}" if r else ""
+        reason = o.reason.replace("|", "\\|").replace("\n", " ")[:200]
+        lines.append(
+            f"| {o.instance_id} | {o.model} | {o.status} | {f2p} | {p2p} | {seconds} | {reason} |"
+        )
+    return "\n".join(lines) + "\n"

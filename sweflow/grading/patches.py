@@ -1,0 +1,67 @@
+"""What a patch is, read from its text alone: empty, touching tests, why it failed to apply.
+
+None of this decides a verdict: the apply chain in the sandbox does, as in the harness. These
+only name the reason an unresolved patch carries, and implement the optional rejection of patches
+that edit test files (which the harness does not do, so it is off by default).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
+_DIFF_PATHS = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|\+\+\+ b/(\S+)|--- a/(\S+))", re.M)
+_BINARY = re.compile(r"^(?:GIT binary patch|Binary files .* differ)$", re.M)
+_MALFORMED_OUTPUT = (
+    "corrupt patch",
+    "No valid patches in input",
+    "patch fragment without header",
+    "unrecognized input",
+    "Only garbage was found",
+)
+TEST_DIRS = frozenset({"test", "tests", "testing"})
+
+
+def is_empty(patch: str | None) -> bool:
+    """The harness skips these: no diff to apply at all."""
+    return patch is None or not patch.strip()
+
+
+def touched_paths(patch: str) -> set[str]:
+    """Every path a diff names (old and new sides), read leniently so broken diffs count too."""
+    return {p for match in _DIFF_PATHS.finditer(patch) for p in match.groups() if p}
+
+
+def is_test_path(path: str) -> bool:
+    """A test file by the usual conventions: a tests/ directory, test_*.py, *_test.py, conftest."""
+    parts = PurePosixPath(path).parts
+    name = parts[-1] if parts else ""
+    return (
+        any(part in TEST_DIRS for part in parts[:-1])
+        or name.startswith("test_")
+        or PurePosixPath(name).stem.endswith("_test")
+        or name == "conftest.py"
+    )
+
+
+def edited_tests(patch: str, test_patch: str) -> list[str]:
+    """Paths of ``patch`` that are test files: in the test_patch too, or named like tests."""
+    from_tests = touched_paths(test_patch) if test_patch else set()
+    return sorted(p for p in touched_paths(patch) if p in from_tests or is_test_path(p))
+
+
+def failure_kind(patch: str, apply_output: str) -> str:
+    """Why a patch the apply chain refused did not apply: binary, malformed or failed."""
+    if _BINARY.search(patch):
+        return "binary"
+    if any(text in apply_output for text in _MALFORMED_OUTPUT):
+        return "malformed"
+    try:
+        if not PatchSet(patch):
+            return "malformed"
+    except UnidiffParseError:
+        return "malformed"
+    return "failed"

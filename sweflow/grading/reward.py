@@ -1,0 +1,266 @@
+"""The reward: does this patch resolve this task? Answered exactly as the SWE-bench harness would.
+
+Each call opens a fresh sandbox on the instance's cached layers and repeats swebench 5's
+``run_instance`` step by step: write patch.diff, apply it with the harness's command chain, write
+eval.sh, run it into test_output.txt, and grade that log with swebench's ``get_eval_report``
+(report.json). An empty patch is not run (the harness skips those too); a patch that does not
+apply, or an eval script that runs out of time, is unresolved with its reason, as is any error
+of the sandbox: one bad call never stops a batch. A Grader holds no mutable state, so threads,
+processes and Ray actors may share one (or each build their own); every call writes into its own
+log directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swebench.harness.constants import (
+    FAIL_TO_PASS,
+    LOG_INSTANCE,
+    LOG_REPORT,
+    LOG_TEST_OUTPUT,
+    PASS_TO_PASS,
+)
+from swebench.harness.grading import get_eval_report
+
+from sweflow.envcache.specs import SpecTable
+from sweflow.errors import SweflowError
+from sweflow.grading.apply import REPO_DIR, apply_patch
+from sweflow.grading.evalscript import make_eval_script, run_eval_script, test_spec_for
+from sweflow.grading.patches import edited_tests, failure_kind, is_empty
+from sweflow.grading.runlog import RunLog
+from sweflow.instances import Instance
+from sweflow.sandbox import Limits, Sandbox, open_sandbox
+
+PATCH_FILE = "patch.diff"
+EVAL_FILE = "eval.sh"
+GRADER_MODEL = "sweflow"  # model_name_or_path of a bare reward call (it names no model)
+# Grading limits: a test log may be large, and suites may fork; memory stays capped.
+DEFAULT_LIMITS = Limits(memory_bytes=8 << 30, pids=4096, output_bytes=16 << 20)
+
+
+class GradingError(SweflowError):
+    """An instance that cannot be graded at all: not built, or no eval script can be made."""
+
+
+@dataclass
+class RewardResult:
+    """The verdict on one patch, with the counts and files behind it.
+
+    ``apply_status``: applied | empty | malformed | binary | failed | touches_tests | timeout |
+    error. ``report`` is swebench's per-instance report entry (empty when the harness would
+    write no report.json: the patch was not run, did not apply, or the tests timed out).
+    ``log_path`` is the directory of this call's harness files (None without a log directory).
+    """
+
+    instance_id: str
+    resolved: bool
+    f2p_passed: int
+    f2p_total: int
+    p2p_passed: int
+    p2p_total: int
+    apply_status: str
+    reason: str
+    duration_s: float
+    log_path: str | None
+    report: dict = field(default_factory=dict)
+
+
+class Grader:
+    """Grades patches on built instances of one layer store (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Path,
+        specs: SpecTable | None = None,
+        *,
+        backend: str = "local",
+        log_dir: Path | None = None,
+        timeout_s: float = 1800,
+        reject_test_edits: bool = False,
+        limits: Limits | None = None,
+    ) -> None:
+        from sweflow.envcache.store import LayerStore
+
+        self.store = LayerStore(Path(store))
+        self.specs = specs
+        self.backend = backend
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.timeout_s = timeout_s
+        self.reject_test_edits = reject_test_edits
+        self.limits = limits or DEFAULT_LIMITS
+
+    # -- public ------------------------------------------------------------------------------
+    def reward(
+        self,
+        instance: Instance,
+        patch: str | None,
+        *,
+        log_dir: Path | None = None,
+        model: str = GRADER_MODEL,
+    ) -> RewardResult:
+        """Grade ``patch`` on ``instance``; files go to ``log_dir`` (as is) or a fresh
+        ``<grader log_dir>/<instance_id>/<unique>`` directory. Raises GradingError only when the
+        instance cannot be graded at all (not built, no eval script)."""
+        start = time.monotonic()
+        sandbox_spec = self._sandbox_spec(instance)
+        test_spec = test_spec_for(instance, self.eval_script(instance))
+        verdict = _Verdict(instance, start)
+        if is_empty(patch):
+            return verdict.unresolved("empty", "the patch is empty", None)
+        assert patch is not None
+        if self.reject_test_edits and (edits := edited_tests(patch, instance.test_patch)):
+            return verdict.unresolved("touches_tests", f"the patch edits tests: {edits}", None)
+        out = log_dir or self._call_dir(instance)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+        log = RunLog(instance.instance_id, out / LOG_INSTANCE if out else None)
+        try:
+            return self._run(instance, patch, sandbox_spec, test_spec, out, log, verdict, model)
+        except Exception as exc:  # a sandbox failure is one unresolved call, not a crash
+            log.error(f"Error in evaluating model for {instance.instance_id}: {exc!r}")
+            return verdict.unresolved("error", f"{type(exc).__name__}: {exc}", out)
+        finally:
+            log.close()
+
+    async def areward(
+        self,
+        instance: Instance,
+        patch: str | None,
+        *,
+        log_dir: Path | None = None,
+        model: str = GRADER_MODEL,
+    ) -> RewardResult:
+        """:meth:`reward` in a worker thread, for asyncio agent loops."""
+        return await asyncio.to_thread(self.reward, instance, patch, log_dir=log_dir, model=model)
+
+    def eval_script(self, instance: Instance) -> str:
+        """The row's own eval script, or one made from its environment spec."""
+        if instance.eval_script:
+            return instance.eval_script
+        if self.specs is None:
+            raise GradingError(
+                f"{instance.instance_id}: the row has no eval_script and no environment specs "
+                "were given to make one (pass specs=load_specs('specs.yaml'))"
+            )
+        from sweflow.envcache.builder import VENV
+
+        spec = self.specs.get(instance.repo, instance.version or "")
+        return make_eval_script(instance, spec, activate=f". {VENV}/bin/activate")
+
+    # -- one call ----------------------------------------------------------------------------
+    def _sandbox_spec(self, instance: Instance):
+        from sweflow.envcache.builder import instance_sandbox_spec
+
+        try:
+            return instance_sandbox_spec(self.store, instance.instance_id, limits=self.limits)
+        except SweflowError as exc:
+            raise GradingError(str(exc)) from exc
+
+    def _call_dir(self, instance: Instance) -> Path | None:
+        if self.log_dir is None:
+            return None
+        unique = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+        return self.log_dir / instance.instance_id / unique
+
+    def _run(self, instance, patch, sandbox_spec, test_spec, out, log, verdict, model):
+        iid = instance.instance_id
+        with _files_dir(out) as files:
+            (files / PATCH_FILE).write_text(patch)
+            with open_sandbox(sandbox_spec, self.backend) as sandbox:
+                log.info(f"Container for {iid} started: {getattr(sandbox, 'id', '')}")
+                applied = apply_patch(sandbox, patch, log, self.timeout_s)
+                if not applied.ok:
+                    kind = "timeout" if applied.timed_out else failure_kind(patch, applied.output)
+                    why = f"the patch did not apply ({kind}): {applied.output.strip()[-500:]}"
+                    return verdict.unresolved(kind, why, out)
+                _log_diff(sandbox, log, "before")
+                (files / EVAL_FILE).write_text(test_spec.eval_script)
+                ran = run_eval_script(sandbox, test_spec, files / LOG_TEST_OUTPUT, self.timeout_s)
+                if ran.timed_out:
+                    log.info(f"Test timed out after {self.timeout_s} seconds.")
+                    reason = f"the eval script ran past {self.timeout_s} s"
+                    return verdict.unresolved("timeout", reason, out)
+                _log_diff(sandbox, log, "after")
+            prediction = {"instance_id": iid, "model_patch": patch, "model_name_or_path": model}
+            report = get_eval_report(test_spec, prediction, str(ran.log_path), True)
+            log.info(f"report: {report}\nResult for {iid}: resolved: {report[iid]['resolved']}")
+            (files / LOG_REPORT).write_text(json.dumps(report, indent=4))
+            return verdict.graded(report[iid], out)
+
+
+class _Verdict:
+    """Builds the RewardResult of one call (durations and counts in one place)."""
+
+    def __init__(self, instance: Instance, start: float) -> None:
+        self.instance = instance
+        self.start = start
+
+    def _result(self, resolved, f2p, p2p, status, reason, out, report) -> RewardResult:
+        i = self.instance
+        return RewardResult(
+            instance_id=i.instance_id,
+            resolved=resolved,
+            f2p_passed=f2p,
+            f2p_total=len(i.FAIL_TO_PASS),
+            p2p_passed=p2p,
+            p2p_total=len(i.PASS_TO_PASS),
+            apply_status=status,
+            reason=reason,
+            duration_s=round(time.monotonic() - self.start, 4),
+            log_path=str(out) if out else None,
+            report=report,
+        )
+
+    def unresolved(self, status: str, reason: str, out: Path | None) -> RewardResult:
+        return self._result(False, 0, 0, status, reason, out, {})
+
+    def graded(self, entry: dict, out: Path | None) -> RewardResult:
+        tests = entry.get("tests_status", {})
+        f2p = len(tests.get(FAIL_TO_PASS, {}).get("success", []))
+        p2p = len(tests.get(PASS_TO_PASS, {}).get("success", []))
+        i = self.instance
+        counts = (
+            f"{f2p}/{len(i.FAIL_TO_PASS)} FAIL_TO_PASS, {p2p}/{len(i.PASS_TO_PASS)} PASS_TO_PASS"
+        )
+        if entry["resolved"]:
+            reason = f"resolved: {counts} pass"
+        elif not entry.get("patch_successfully_applied"):
+            why = entry.get("infra_failure_reason") or "no parseable test results in the log"
+            reason = f"unresolved: {why}"
+        else:
+            reason = f"unresolved: {counts} pass"
+        return self._result(entry["resolved"], f2p, p2p, "applied", reason, out, entry)
+
+
+def _log_diff(sandbox: Sandbox, log: RunLog, when: str) -> None:
+    """The harness logs the tree's diff before and after the eval script; so does this."""
+    if log.path is None:
+        return
+    diff = sandbox.exec("git -c core.fileMode=false diff", cwd=REPO_DIR).output.strip()
+    log.info(f"Git diff {when}:\n{diff}")
+
+
+@contextlib.contextmanager
+def _files_dir(out: Path | None) -> Iterator[Path]:
+    """Where the call's files go: its log directory, or a temporary one removed afterwards."""
+    if out is not None:
+        yield out
+        return
+    with tempfile.TemporaryDirectory(prefix="sweflow-reward-") as tmp:
+        yield Path(tmp)
+
+
+def reward(instance: Instance, patch: str | None, *, store: Path, **options: Any) -> RewardResult:
+    """One-off :meth:`Grader.reward`; ``options`` are the Grader's (build a Grader once when
+    grading many patches)."""
+    return Grader(store, **options).reward(instance, patch)

@@ -1,0 +1,77 @@
+"""Cross-check against the official harness: same environments, same predictions, same verdicts.
+
+Each instance's cached layers become a docker image named as its ``image``; swebench 5.0.2's own
+``python -m swebench.harness.run_evaluation`` grades every prediction on a private dockerd (no
+registry, no network), and sweflow grades the same predictions with the local and the docker
+backend. Predictions: gold, empty and four kinds of wrong patch (sweflow.grading.variants).
+
+``SWEFLOW_XCHECK_LIMIT`` caps the instances (default 6: the harness spends ~15 s stopping each
+container; 0 means all), ``SWEFLOW_GRADING_DATASET`` picks the dataset (e.g. data/demo/tasks.jsonl).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sweflow.grading import Grader
+from sweflow.grading.evaluate import evaluate
+from sweflow.grading.harness import (
+    agreement_table,
+    export_instance_image,
+    harness_image_name,
+    harness_rows,
+    reports,
+    run_harness,
+    verdicts,
+)
+from sweflow.grading.variants import variant_predictions
+from sweflow.instances import write_jsonl
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
+
+
+def test_sweflow_agrees_with_the_official_harness(grading_data, dockerd, tmp_path: Path) -> None:
+    limit = int(os.environ.get("SWEFLOW_XCHECK_LIMIT", "6"))
+    instances = grading_data.instances[:limit] if limit else grading_data.instances
+    store, specs = grading_data.store, grading_data.specs
+    for i in instances:
+        export_instance_image(dockerd, grading_data.builder.store, i.instance_id,
+                              harness_image_name(i.instance_id))  # fmt: skip
+    local = Grader(store, specs)
+    dataset = tmp_path / "harness-dataset.jsonl"
+    write_jsonl(harness_rows(local, instances), dataset)
+    predictions = variant_predictions(store, instances)
+    host = os.environ["DOCKER_HOST"]
+
+    def harness(variant: str):
+        return run_harness(dataset, predictions[variant], f"x-{variant}", tmp_path / "harness",
+                           docker_host=host, max_workers=2)  # fmt: skip
+
+    with ThreadPoolExecutor(len(predictions)) as pool:  # container names differ by run id
+        runs = list(pool.map(harness, predictions))
+    for run in runs:
+        assert run.returncode == 0, run.output[-3000:]
+    graders = {"sweflow-local": local, "sweflow-docker": Grader(store, specs, backend="docker")}
+    for name, grader in graders.items():
+        for variant, preds in predictions.items():
+            evaluate(grader, instances, preds, f"x-{variant}", root=tmp_path / name,
+                     report_dir=tmp_path / name, max_workers=2)  # fmt: skip
+
+    roots = {"harness": tmp_path / "harness"} | {n: tmp_path / n for n in graders}
+    results = {
+        name: {v: verdicts(root, f"x-{v}", p) for v, p in predictions.items()}
+        for name, root in roots.items()
+    }
+    table, disagreements = agreement_table(results)
+    print(f"\n{table}")
+    assert disagreements == 0, table
+    assert all(results["harness"]["gold"].values())
+    assert not any(results["harness"]["malformed"].values())
+    for name in graders:  # not only the verdicts: the whole report.json entries match
+        for variant, preds in predictions.items():
+            mine = reports(roots[name], f"x-{variant}", preds)
+            assert mine == reports(roots["harness"], f"x-{variant}", preds), (name, variant)
