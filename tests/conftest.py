@@ -140,6 +140,21 @@ def git_layer(tmp_path: Path) -> Path:
     return layer
 
 
+# -- real instances built offline (tests/test_agent_*.py, tests/test_serving_vllm.py) ----------
+
+
+@pytest.fixture(scope="session")
+def more_itertools_mirror(tmp_path_factory: pytest.TempPathFactory, bookworm_rootfs: Path) -> Path:
+    """A repo-mirror folder holding the more-itertools bundle of tests/data/envcache (bare)."""
+    import subprocess
+
+    root = tmp_path_factory.mktemp("mirror")
+    bundle = Path(__file__).parent / "data" / "envcache" / "more-itertools__more-itertools.bundle"
+    target = root / "more-itertools__more-itertools.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(bundle), str(target)], check=True)
+    return root
+
+
 # -- docker daemon for the docker backend's tests (tests/test_docker_backend.py) ---------------
 
 
@@ -167,3 +182,23 @@ def dockerd():
         client = docker.DockerClient(base_url=host)
         stack.callback(client.close)
         yield client
+
+
+# -- built instances for the grading tests (tests/test_grading_*.py) ---------------------------
+
+
+@pytest.fixture(scope="session")
+def grading_data(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
+    """A dataset with its specs, repo mirror and a store where every instance is built.
+
+    ``SWEFLOW_GRADING_DATASET`` points it at another dataset (e.g. data/demo/tasks.jsonl, with
+    specs.yaml beside it and repos/*.bundle); the default is tests/data/envcache.
+    """
+    from sweflow.grading.dataset import GradingData
+
+    default = Path(__file__).parent / "data" / "envcache" / "instances.jsonl"
+    dataset = Path(os.environ.get("SWEFLOW_GRADING_DATASET") or default)
+    data = GradingData.load(dataset, tmp_path_factory.mktemp("grading-store"), wheelhouse)
+    failed = [r for r in data.build() if r.status == "error"]
+    assert not failed, [(r.instance_id, r.error) for r in failed]
+    return data

@@ -16,6 +16,14 @@ from sweflow.sandbox.rootfs import resolve_base
 bench_app = App(help="Benchmarks of the sandbox backends and the pipeline stages.")
 
 
+def _emit(report: dict, json_out: bool) -> None:
+    """The figures: plain JSON on stdout (for scripts), or highlighted."""
+    if json_out:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        console.print_json(json.dumps(report))
+
+
 @bench_app.command("sandbox")
 def bench_sandbox(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
@@ -35,10 +43,7 @@ def bench_sandbox(
     report = run(
         root, quick=quick, docker=docker, progress=lambda line: err.print(f"[dim]{line}[/]")
     )
-    if json_out:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
-        console.print_json(json.dumps(report))
+    _emit(report, json_out)
 
 
 @bench_app.command("envprep")
@@ -72,7 +77,63 @@ def bench_envprep(
         docker=docker,
         progress=lambda line: err.print(f"[dim]{line}[/]"),
     )
-    if json_out:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
-        console.print_json(json.dumps(report))
+    _emit(report, json_out)
+
+
+@bench_app.command("agent")
+def bench_agent(
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+    quick: bool = typer.Option(False, help="Fewer rollouts (for CI)."),
+    latency_ms: float = typer.Option(100.0, "--latency-ms", help="The fake model's latency."),
+    base: str = BaseOption,
+) -> None:
+    """Agent overhead per step and rollouts/min at concurrency 1, 8, 32 (fixed-latency model)."""
+    from sweflow.bench.agent import run
+
+    err = Console(stderr=True)
+    root = resolve_base(
+        base, rootfs_cache(), progress=lambda line: err.print(line, highlight=False)
+    )
+    report = run(
+        root,
+        quick=quick,
+        latency_s=latency_ms / 1000,
+        progress=lambda line: err.print(f"[dim]{line}[/]"),
+    )
+    _emit(report, json_out)
+
+
+@bench_app.command("reward")
+def bench_reward(
+    dataset: Path = typer.Option(
+        Path("tests/data/envcache/instances.jsonl"), "--dataset", "-d", help="Instances to grade."
+    ),
+    specs: Path = typer.Option(
+        None, "--specs", help="Environment specs (default: beside dataset)."
+    ),
+    repo_mirror: Path = typer.Option(
+        None, "--repo-mirror", help="Folder of git repos or bundles (default: beside dataset)."
+    ),
+    store: Path = typer.Option(..., "--store", "-s", help="Layer store (built if needed)."),
+    wheelhouse: Path = typer.Option(
+        None, "--wheelhouse", help="Install offline from these wheels."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+    quick: bool = typer.Option(False, help="Two instances, gold patches, one rep (for CI)."),
+    docker: bool = typer.Option(True, help="Include the docker backend (starts dockerd)."),
+    harness: bool = typer.Option(True, help="Include swebench's run_evaluation (starts dockerd)."),
+) -> None:
+    """Reward wall time: sweflow local and docker vs the official harness vs bare tests."""
+    from sweflow.bench.reward import run
+    from sweflow.grading.dataset import GradingData
+
+    data = GradingData.load(dataset, store, wheelhouse, specs, repo_mirror)
+    err = Console(stderr=True)
+    report = run(
+        data,
+        quick=quick,
+        docker=docker,
+        harness=harness,
+        progress=lambda line: err.print(f"[dim]{line}[/]"),
+    )
+    _emit(report, json_out)

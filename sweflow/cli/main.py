@@ -6,17 +6,25 @@ from rich.panel import Panel
 from rich.table import Table
 
 from sweflow import __version__
+from sweflow.cli.agent import collect_command, infer_command
 from sweflow.cli.bench import bench_app
 from sweflow.cli.common import App, BaseOption, console, spec_from_options
 from sweflow.cli.env import env_app
+from sweflow.cli.eval import eval_command
 from sweflow.cli.sandbox import sandbox_app
+from sweflow.cli.serve import model_app, serve_command
 from sweflow.cli.synth import synth
 
 app = App(help="sweflow: build, validate and grade SWE environments; train and evaluate agents.")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(env_app, name="env")
 app.add_typer(bench_app, name="bench")
+app.add_typer(model_app, name="model")
+app.command("collect")(collect_command)
+app.command("infer")(infer_command)
+app.command("serve")(serve_command)
 app.command()(synth)
+app.command("eval")(eval_command)
 
 
 @app.command()

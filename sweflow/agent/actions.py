@@ -1,0 +1,86 @@
+"""What the model asked for: parsed from native tool calls or from one fenced bash block.
+
+A reply that cannot be parsed raises FormatError, whose message goes back to the model as the
+observation (the run goes on until ``max_format_errors`` such replies in a row).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweflow.errors import SweflowError
+
+BASH, EDITOR, SUBMIT = "bash", "str_replace_editor", "submit"
+TOOL_NAMES = (BASH, EDITOR, SUBMIT)
+SUBMIT_WORD = "submit"
+# ```bash / ```sh / ```shell / bare ```, up to the next ``` at the start of a line
+FENCE = re.compile(r"^```(?:bash|sh|shell)?[ \t]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+class FormatError(SweflowError):
+    """The reply holds no usable action; the message tells the model what to send instead."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One tool invocation; ``call_id`` links it to its tool message in tools mode."""
+
+    tool: str
+    args: dict[str, Any] = field(default_factory=dict)
+    call_id: str | None = None
+
+    def command_line(self) -> str:
+        """The action as one shell-like line (SWE-agent's form), for text exports and logs."""
+        if self.tool == BASH:
+            return str(self.args.get("command", ""))
+        if self.tool == SUBMIT:
+            return SUBMIT_WORD
+        args = dict(self.args)
+        words = [EDITOR, str(args.pop("command", "")), str(args.pop("path", ""))]
+        for key, value in args.items():
+            text = json.dumps(value) if isinstance(value, list) else str(value)
+            words += [f"--{key}", shlex.quote(text)]
+        return " ".join(words)
+
+
+def from_tool_calls(tool_calls: list[dict[str, Any]]) -> list[Action]:
+    """Actions of an assistant message's ``tool_calls`` (OpenAI format), in order."""
+    actions = []
+    for call in tool_calls:
+        fn = call.get("function") or {}
+        name = fn.get("name", "")
+        if name not in TOOL_NAMES:
+            raise FormatError(f"unknown tool {name!r}; the tools are {', '.join(TOOL_NAMES)}")
+        raw = fn.get("arguments") or "{}"
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        except json.JSONDecodeError as exc:
+            raise FormatError(f"the arguments of {name} are not valid JSON: {exc}") from None
+        if not isinstance(args, dict):
+            raise FormatError(f"the arguments of {name} must be a JSON object")
+        actions.append(Action(name, args, call.get("id")))
+    return actions
+
+
+def from_text(content: str) -> Action:
+    """The one fenced bash block of a text reply; ``submit`` alone in it submits."""
+    blocks = FENCE.findall(content or "")
+    if len(blocks) != 1:
+        found = "no" if not blocks else str(len(blocks))
+        raise FormatError(
+            f"found {found} bash code blocks; reply with a short thought and exactly one "
+            "```bash``` block (its only command `submit` to finish)"
+        )
+    command = blocks[0].strip()
+    if command == SUBMIT_WORD:
+        return Action(SUBMIT)
+    return Action(BASH, {"command": command})
+
+
+def thought_of(content: str | None) -> str:
+    """The reply's text outside its code block: the model's reasoning for the step."""
+    return FENCE.sub("", content or "").strip()

@@ -1,0 +1,65 @@
+"""How an agent run is configured: the model endpoint, the limits, the prompts, the tool mode.
+
+Pydantic models, so that a YAML pipeline config validates into them and a trajectory records
+exactly what produced it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sweflow.agent.templates import SYSTEM_TEMPLATE, TASK_TEMPLATE
+
+ToolMode = Literal["tools", "text"]
+
+
+class ModelConfig(BaseModel):
+    """An OpenAI-compatible chat endpoint (a hosted model, or our own vLLM server)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(description="e.g. http://127.0.0.1:8000/v1")
+    model: str
+    api_key: str = Field("EMPTY", repr=False)
+    temperature: float = 0.0
+    top_p: float | None = None
+    max_tokens: int | None = Field(1024, gt=0, description="completion tokens per call")
+    request_timeout_s: float = Field(600.0, gt=0)
+    retry_budget_s: float = Field(
+        600.0, ge=0, description="how long to keep retrying an unreachable or failing server"
+    )
+    retry_initial_s: float = Field(0.5, gt=0)
+    retry_max_s: float = Field(15.0, gt=0)
+
+
+class AgentLimits(BaseModel):
+    """When a run stops on its own; each ends it with its own exit status."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(50, gt=0, description="model calls")
+    max_wall_s: float = Field(1800.0, gt=0, description="whole run, model time included")
+    max_total_tokens: int | None = Field(None, gt=0, description="prompt+completion, all calls")
+    max_context_tokens: int | None = Field(
+        None, gt=0, description="a prompt past this ends the run (context_limit)"
+    )
+    max_observation_chars: int = Field(
+        10_000, gt=200, description="longer outputs keep their head and tail"
+    )
+    command_timeout_s: float = Field(120.0, gt=0, description="one bash action")
+    max_format_errors: int = Field(3, gt=0, description="unparseable replies in a row")
+
+
+class AgentConfig(BaseModel):
+    """One agent: its prompts, how it talks to the model, its limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool_mode: ToolMode = Field(
+        "tools", description="native OpenAI tool calls, or one fenced bash block per reply"
+    )
+    system_template: str = SYSTEM_TEMPLATE
+    task_template: str = TASK_TEMPLATE
+    limits: AgentLimits = Field(default_factory=AgentLimits)

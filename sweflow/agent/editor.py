@@ -1,0 +1,141 @@
+"""The file viewer/editor tool (SWE-agent's ``str_replace_editor``) over a sandbox.
+
+Files are read and written through the sandbox's file API (no shell round trip, no quoting), so
+an edit costs well under a millisecond. Every reply shows numbered lines, so the model sees the
+exact text it can quote in the next ``str_replace``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from typing import Any
+
+from sweflow.errors import SweflowError
+from sweflow.sandbox import Sandbox, SandboxError
+
+SNIPPET_LINES = 4  # context shown around an edit
+COMMANDS = ("view", "create", "str_replace", "insert")
+
+
+class ToolError(SweflowError):
+    """The action could not be done; the message is the observation the model gets."""
+
+
+def numbered(text: str, first: int = 1) -> str:
+    """``cat -n`` style: right-aligned line numbers, a tab, the line."""
+    return "\n".join(f"{i:6}\t{line}" for i, line in enumerate(text.split("\n"), first))
+
+
+async def run_editor(sandbox: Sandbox, args: dict[str, Any], workdir: str) -> str:
+    """Do one editor command; raises ToolError with a message for the model."""
+    command = args.get("command")
+    if command not in COMMANDS:
+        raise ToolError(f"unknown command {command!r}; use one of {', '.join(COMMANDS)}")
+    raw_path = args.get("path")
+    if not isinstance(raw_path, str) or not raw_path:
+        raise ToolError(f"{command} needs a `path`")
+    path = posixpath.normpath(posixpath.join(workdir, raw_path))
+    if command == "view":
+        return await _view(sandbox, path, args.get("view_range"))
+    if command == "create":
+        return await _create(sandbox, path, _text(args, "file_text"))
+    if command == "str_replace":
+        return await _str_replace(sandbox, path, _text(args, "old_str"), args.get("new_str"))
+    return await _insert(sandbox, path, args.get("insert_line"), _text(args, "new_str"))
+
+
+def _text(args: dict[str, Any], key: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str):
+        raise ToolError(f"this command needs `{key}` (a string)")
+    return value
+
+
+async def _read(sandbox: Sandbox, path: str) -> str:
+    try:
+        return (await sandbox.aread(path)).decode("utf-8", errors="replace")
+    except SandboxError as exc:
+        raise ToolError(str(exc).replace(" in the sandbox", "")) from None
+
+
+async def _write(sandbox: Sandbox, path: str, text: str) -> None:
+    try:
+        await sandbox.awrite(path, text)
+    except SandboxError as exc:
+        raise ToolError(str(exc).replace(" in the sandbox", "")) from None
+
+
+async def _is_dir(sandbox: Sandbox, path: str) -> bool:
+    return (await sandbox.aexec(f"test -d {shlex.quote(path)}")).exit_code == 0
+
+
+async def _view(sandbox: Sandbox, path: str, view_range: Any) -> str:
+    if await _is_dir(sandbox, path):
+        listing = await sandbox.aexec(
+            f"find {shlex.quote(path)} -maxdepth 2 -not -path '*/.*' | sort | head -n 400"
+        )
+        return f"Files and directories up to 2 levels deep in {path}:\n{listing.output}"
+    lines = (await _read(sandbox, path)).split("\n")
+    first, last = 1, len(lines)
+    if view_range is not None:
+        if (
+            not isinstance(view_range, list)
+            or len(view_range) != 2
+            or not all(isinstance(n, int) for n in view_range)
+        ):
+            raise ToolError("view_range must be two line numbers [start, end] (end -1: to the end)")
+        first, last = view_range[0], (len(lines) if view_range[1] == -1 else view_range[1])
+        if not 1 <= first <= last <= len(lines):
+            raise ToolError(f"view_range {view_range} is outside the file's 1..{len(lines)} lines")
+    body = numbered("\n".join(lines[first - 1 : last]), first)
+    return f"Here is the result of running `cat -n` on {path}:\n{body}"
+
+
+async def _create(sandbox: Sandbox, path: str, text: str) -> str:
+    exists = await sandbox.aexec(f"test -e {shlex.quote(path)}")
+    if exists.exit_code == 0:
+        raise ToolError(f"{path} already exists; edit it with str_replace or insert")
+    await _write(sandbox, path, text)
+    return f"File created successfully at: {path}"
+
+
+async def _str_replace(sandbox: Sandbox, path: str, old: str, new: Any) -> str:
+    new = "" if new is None else new
+    if not isinstance(new, str):
+        raise ToolError("`new_str` must be a string")
+    text = await _read(sandbox, path)
+    count = text.count(old) if old else 0
+    if count != 1:
+        if count == 0:
+            raise ToolError(f"No replacement was performed: old_str is not verbatim in {path}.")
+        starts = [i + 1 for i, line in enumerate(text.split("\n")) if old.split("\n")[0] in line]
+        raise ToolError(
+            f"No replacement was performed: old_str appears {count} times in {path} "
+            f"(lines {starts}); include more context to make it unique."
+        )
+    at = text.index(old)
+    edited = text[:at] + new + text[at + len(old) :]
+    await _write(sandbox, path, edited)
+    return _edited(path, edited, text[:at].count("\n") + 1, new.count("\n") + 1)
+
+
+async def _insert(sandbox: Sandbox, path: str, insert_line: Any, new: str) -> str:
+    lines = (await _read(sandbox, path)).split("\n")
+    if not isinstance(insert_line, int) or not 0 <= insert_line <= len(lines):
+        raise ToolError(f"insert_line must be a line number in 0..{len(lines)}")
+    added = new.split("\n")
+    text = "\n".join(lines[:insert_line] + added + lines[insert_line:])
+    await _write(sandbox, path, text)
+    return _edited(path, text, insert_line + 1, len(added))
+
+
+def _edited(path: str, text: str, first: int, count: int) -> str:
+    lines = text.split("\n")
+    start = max(1, first - SNIPPET_LINES)
+    end = min(len(lines), first + count - 1 + SNIPPET_LINES)
+    snippet = numbered("\n".join(lines[start - 1 : end]), start)
+    return (
+        f"The file {path} has been edited. Here is the result of running `cat -n` on a snippet "
+        f"of it:\n{snippet}\nReview the change; edit again if it is not right."
+    )

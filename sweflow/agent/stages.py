@@ -1,0 +1,77 @@
+"""The two pipeline stages built on the batch runner, usable without the CLI (a Prefect task
+calls these): ``collect`` keeps the resolved runs as SFT data, ``infer`` writes predictions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sweflow.agent.export import write_predictions, write_sft
+from sweflow.agent.runner import Batch
+from sweflow.agent.trajectory import Trajectory
+from sweflow.instances import Instance
+
+
+@dataclass
+class StageSummary:
+    """The figures of a stage run (printed as a table, saved as summary.json)."""
+
+    tasks: int = 0
+    runs: int = 0
+    submitted: int = 0
+    graded: int = 0
+    resolved: int = 0
+    kept: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    steps: int = 0
+    exit_statuses: dict[str, int] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, trajectories: list[Trajectory]) -> StageSummary:
+        return cls(
+            tasks=len({t.instance_id for t in trajectories}),
+            runs=len(trajectories),
+            submitted=sum(t.exit_status == "submitted" for t in trajectories),
+            graded=sum(t.reward is not None for t in trajectories),
+            resolved=sum(t.resolved for t in trajectories),
+            prompt_tokens=sum(t.prompt_tokens for t in trajectories),
+            completion_tokens=sum(t.completion_tokens for t in trajectories),
+            steps=sum(len(t.steps) for t in trajectories),
+            exit_statuses=dict(Counter(t.exit_status for t in trajectories).most_common()),
+        )
+
+    def save(self, path: Path) -> Path:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+        return path
+
+
+async def collect(rows: list[Instance], batch: Batch) -> StageSummary:
+    """K graded runs per task; the resolved ones become the SFT dataset (every style)."""
+    if batch.grade is None:
+        raise ValueError("collect needs a batch with a grader")
+    trajectories = await batch.run(rows)
+    kept = [t for t in trajectories if t.resolved]
+    summary = StageSummary.of(trajectories)
+    summary.kept = len(kept)
+    paths = write_sft(kept, batch.out_dir)
+    summary.outputs = {style: str(path) for style, path in paths.items()}
+    summary.outputs["summary"] = str(summary.save(batch.out_dir / "summary.json"))
+    return summary
+
+
+async def infer(rows: list[Instance], batch: Batch, model_name: str) -> StageSummary:
+    """One run per task; its diff becomes the task's prediction in preds.json."""
+    trajectories = await batch.run(rows)
+    summary = StageSummary.of(trajectories)
+    preds = write_predictions(batch.out_dir / "preds.json", trajectories, model_name)
+    summary.outputs = {
+        "predictions": str(preds),
+        "trajectories": str(batch.out_dir / "trajectories"),
+    }
+    summary.outputs["summary"] = str(summary.save(batch.out_dir / "summary.json"))
+    return summary

