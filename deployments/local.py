@@ -8,7 +8,9 @@ The test suite uses the same :class:`LocalPrefect` with its own state folder and
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -80,11 +82,39 @@ class LocalPrefect:
                 _wait_gone(pid, 20) or os.killpg(pid, signal.SIGKILL)
             (self.state / f"{name}.pid").unlink(missing_ok=True)
 
-    def run(self, deployment: str, *params: str, timeout: float = 3600) -> int:
-        """``prefect deployment run NAME --watch``: 0 when the flow run completes."""
+    def run(self, deployment: str, *params: str, timeout: float = 3600, capture: bool = False):
+        """``prefect deployment run NAME --watch``: (exit code, flow run id when captured)."""
         args = ["deployment", "run", deployment, "--watch", *params]
-        done = self.prefect(*args, check=False, timeout=timeout, capture=False)
-        return done.returncode
+        done = self.prefect(*args, check=False, timeout=timeout, capture=capture)
+        found = re.search(r"UUID: ([0-9a-f-]{36})", done.stdout or "")
+        return done.returncode, found[1] if found else None
+
+    def api(self, path: str, body: dict | None = None) -> object:
+        """A call to the server's REST API (POST with a JSON body, else GET)."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.api_url}/{path}", data=data, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return json.loads(reply.read())
+
+    def wait(self, flow_run_id: str, timeout: float = 1800) -> str:
+        """Poll a flow run until it is final; its state name ("Completed", "Failed"...)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.api(f"flow_runs/{flow_run_id}")["state"]  # type: ignore[index]
+            if state["type"] in ("COMPLETED", "FAILED", "CANCELLED", "CRASHED"):
+                return state["name"]
+            time.sleep(1.0)
+        raise TimeoutError(f"flow run {flow_run_id} not final after {timeout:.0f} s")
+
+    def task_states(self, flow_run_id: str) -> dict[str, str]:
+        """{task name: state name} of a flow run's latest task runs ("Cached", "Completed"...)."""
+        runs = self.api("task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
+        latest: dict[str, dict] = {}
+        for run in sorted(runs, key=lambda r: r["expected_start_time"] or ""):  # type: ignore[union-attr]
+            latest[run["name"].split(" [")[0]] = run
+        return {name: run["state"]["name"] for name, run in latest.items()}
 
     def prefect(self, *args: str, check: bool = True, timeout: float = 300, capture: bool = True):
         done = subprocess.run(
@@ -175,7 +205,7 @@ def main() -> int:
     if args.command == "down":
         stack.down()
         return 0
-    return stack.run(args.deployment)
+    return stack.run(args.deployment)[0]
 
 
 if __name__ == "__main__":

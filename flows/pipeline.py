@@ -17,10 +17,6 @@ from sweflow.pipeline.stages import stage_inputs
 from tasks import stages as stage_tasks
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
-TASKS = {
-    "build_envs": stage_tasks.build_envs,
-    "validate_envs": stage_tasks.validate_envs,
-}
 
 
 def default_config() -> PipelineConfig:
@@ -40,12 +36,15 @@ def run_pipeline(config: PipelineConfig, targets: list[Stage]) -> dict[str, dict
     storage = result_storage(config)
     forced = config.forced()
     results: dict[str, dict] = {}
-    for stage in config.needed(targets):
-        upstream = [results[u] for u in UPSTREAM[stage]]
-        task = TASKS[stage].with_options(
-            result_storage=storage,
-            retries=config.retries,
-            refresh_cache=True if stage in forced else None,
-        )
-        results[stage] = task(config, stage_inputs(config, stage, upstream), *upstream)
+    try:
+        for stage in config.needed(targets):
+            upstream = [results[u] for u in UPSTREAM[stage]]
+            task = stage_tasks.TASKS[stage].with_options(
+                result_storage=storage,
+                retries=config.retries,
+                refresh_cache=True if stage in forced else None,
+            )
+            results[stage] = task(config, stage_inputs(config, stage, upstream), *upstream)
+    finally:
+        stage_tasks.MODEL_SERVERS.close()  # a vLLM started for the agent stages
     return results

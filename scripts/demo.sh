@@ -1,11 +1,35 @@
 #!/usr/bin/env bash
-# Run the main job on the embedded default config: `bash scripts/demo.sh`.
+# The main job on the embedded default config: `bash scripts/demo.sh [CONFIG]`.
+#
+# Sets everything up (system packages, .venv, the serving stack in .venv-serve), starts a local
+# Prefect server and a worker (left running, so the UI stays up), deploys the pipeline and runs
+# the `end-to-end/demo` deployment on configs/demo.yaml (or CONFIG), watching it to the end.
+# `python deployments/local.py down` stops the server and the worker (by PID).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
 bash scripts/setup.sh
-.venv/bin/python scripts/prefetch.py
+bash scripts/setup-serve.sh
+.venv/bin/python scripts/prefetch.py   # the Debian base layer (debootstrap) and test wheels
 
-export PREFECT_SERVER_ANALYTICS_ENABLED=false
-export DO_NOT_TRACK=1
-exec .venv/bin/sweflow demo "$@"
+export PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
+PY=$ROOT/.venv/bin/python
+STATE=$ROOT/runs/prefect
+"$PY" deployments/local.py up --state "$STATE"
+
+params=()
+if [[ $# -gt 0 ]]; then
+  params=(--params "$("$PY" -c 'import json, sys, yaml; print(json.dumps({"config": yaml.safe_load(open(sys.argv[1]))}))' "$1")")
+fi
+export PATH=$ROOT/.venv/bin:$PATH PREFECT_API_URL=http://127.0.0.1:4200/api PREFECT_HOME=$STATE/home
+start=$(date +%s)
+rc=0
+prefect deployment run end-to-end/demo --watch "${params[@]}" || rc=$?
+echo
+echo "pipeline: $(( $(date +%s) - start )) s, exit $rc"
+echo "Prefect UI:      http://127.0.0.1:4200   (server and worker logs: $STATE)"
+echo "reports:         $ROOT/runs/demo/eval (swebench summary + Markdown), runs/demo/validate/validation.md"
+echo "trajectories:    $ROOT/runs/demo/collect (SFT data), runs/demo/infer (preds.json)"
+echo "stop the stack:  .venv/bin/python deployments/local.py down"
+exit "$rc"

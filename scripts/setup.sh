@@ -62,9 +62,9 @@ have=$(cat "$STAMP" 2>/dev/null || true)
 if [[ $want == "$have" && -x $VENV/bin/sweflow ]]; then
   say "python packages: up to date"
 else
-  say "pip install -e '.[docker,test,dev]'"
+  say "pip install -e '.[docker,pipeline,test,dev]'"
   rm -f "$STAMP"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[docker,test,dev]'
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[docker,pipeline,test,dev]'
   echo "$want" >"$STAMP"
 fi
 say "ready: $("$VENV/bin/python" -V 2>&1) in .venv"

@@ -24,6 +24,7 @@ from prefect.tasks import exponential_backoff
 
 from sweflow.pipeline import stages
 from sweflow.pipeline.config import PipelineConfig, Stage
+from sweflow.pipeline.model import ModelServers
 from sweflow.sandbox import SandboxError
 from tasks.faults import InjectedFault, maybe_fail
 
@@ -106,5 +107,22 @@ def stage_task(stage: Stage, fn: StageFn):
     )
 
 
-build_envs = stage_task("build_envs", stages.build_envs)
-validate_envs = stage_task("validate_envs", stages.validate_envs)
+MODEL_SERVERS = ModelServers()  # vLLM started by the first agent stage, closed by the flow
+
+
+def _with_models(fn: StageFn) -> StageFn:
+    def run(config: PipelineConfig, *upstream: dict, progress) -> stages.StageResult:
+        return fn(config, *upstream, progress=progress, models=MODEL_SERVERS)
+
+    return run
+
+
+TASKS = {
+    "build_envs": stage_task("build_envs", stages.build_envs),
+    "validate_envs": stage_task("validate_envs", stages.validate_envs),
+    "collect_trajectories": stage_task(
+        "collect_trajectories", _with_models(stages.collect_trajectories)
+    ),
+    "infer": stage_task("infer", _with_models(stages.infer)),
+    "evaluate": stage_task("evaluate", stages.evaluate),
+}

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from sweflow.configfile import read_yaml_mapping, validate_model
 from sweflow.errors import SweflowError
 
 Stage = Literal["build_envs", "validate_envs", "collect_trajectories", "infer", "evaluate"]
@@ -92,6 +92,9 @@ class ModelSection(Section):
 
 
 class AgentSection(Section):
+    tool_mode: Literal["auto", "tools", "text"] = Field(
+        "auto", description="auto: tool calls when the served model has a tool parser"
+    )
     step_limit: int = Field(10, ge=1)
     max_tokens: int = Field(512, ge=16, description="per model reply")
     wall_time_s: float = Field(600.0, gt=0, description="per run")
@@ -152,17 +155,6 @@ class PipelineConfig(Section):
 def load_pipeline_config(path: Path | str, **overrides: Any) -> PipelineConfig:
     """Read a YAML config; ``overrides`` replace top-level keys (e.g. ``run_dir``)."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise PipelineConfigError(f"cannot read pipeline config {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise PipelineConfigError(f"pipeline config {path}: expected a mapping at the top")
+    data = read_yaml_mapping(path, "pipeline config", PipelineConfigError)
     data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return PipelineConfig(**data)
-    except ValidationError as exc:
-        fields = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        raise PipelineConfigError(f"pipeline config {path}: {fields}") from None
+    return validate_model(PipelineConfig, data, f"pipeline config {path}", PipelineConfigError)

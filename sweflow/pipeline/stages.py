@@ -7,19 +7,29 @@ wrote, so that a later stage's cache key changes exactly when its inputs do.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sweflow.envcache.builder import BuildOptions, EnvBuilder
+from sweflow.agent import AgentConfig, AgentLimits, Batch, ModelClient, Trajectory
+from sweflow.agent import stages as agent_stages
+from sweflow.agent.runner import reward_dict
+from sweflow.agent.stages import StageSummary
+from sweflow.envcache.builder import BuildOptions, EnvBuilder, instance_sandbox_spec
 from sweflow.envcache.specs import load_specs
+from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import validate, write_outputs
 from sweflow.errors import SweflowError
+from sweflow.grading import Grader
+from sweflow.grading.evaluate import evaluate as run_evaluation
+from sweflow.grading.predictions import load_predictions
 from sweflow.instances import Instance, load_instances
 from sweflow.pipeline.config import SECTIONS, PipelineConfig, Stage
+from sweflow.pipeline.model import ModelServers
 
 Progress = Callable[[int, int, str], None]  # (done, total, what)
 
@@ -164,3 +174,167 @@ def validate_envs(
         dict(counts),
         rows,
     )
+
+
+def _stage_rows(config: PipelineConfig, upstream: dict, limit: int | None) -> list[Instance]:
+    rows = load_tasks(config, Path(upstream["outputs"]["dataset"]))
+    return rows[:limit] if limit else rows
+
+
+def _agent_batch(
+    config: PipelineConfig,
+    models: ModelServers,
+    out_dir: Path,
+    progress: Progress | None,
+    total: int,
+    **options,
+) -> tuple[Callable[[Callable[[Batch], Awaitable[StageSummary]]], StageSummary], str]:
+    """A runner of one agent stage on a Batch, and the model name it talks to."""
+    model, tool_mode = models.endpoint(config.model, config.agent, config.run_dir)
+    agent = AgentConfig(
+        tool_mode=tool_mode,
+        limits=AgentLimits(max_steps=config.agent.step_limit, max_wall_s=config.agent.wall_time_s),
+    )
+    store = LayerStore(config.store())
+    done = Counter()
+
+    def on_done(traj: Trajectory, resumed: bool) -> None:
+        done["n"] += 1
+        if progress is not None:
+            status = "resumed" if resumed else traj.exit_status
+            progress(done["n"], total, f"{status}: {traj.instance_id} run {traj.run}")
+
+    def run(stage: Callable[[Batch], Awaitable[StageSummary]]) -> StageSummary:
+        async def go() -> StageSummary:
+            client = ModelClient(model)
+            try:
+                batch = Batch(
+                    client=client,
+                    agent=agent,
+                    out_dir=out_dir,
+                    spec_for=lambda row: instance_sandbox_spec(store, row.instance_id),
+                    max_open_sandboxes=min(config.agent.concurrency, config.sandbox.max_open),
+                    backend=config.sandbox.backend,
+                    on_done=on_done,
+                    **options,
+                )
+                return await stage(batch)
+            finally:
+                await client.close()
+
+        return asyncio.run(go())
+
+    return run, model.model
+
+
+def _trajectory_rows(out_dir: Path) -> list[dict]:
+    rows = []
+    for path in sorted((out_dir / "trajectories").glob("*/run-*.json")):
+        traj = Trajectory.load(path)
+        rows.append(
+            {
+                "instance": traj.instance_id,
+                "run": traj.run,
+                "exit_status": traj.exit_status,
+                "resolved": traj.resolved,
+                "steps": len(traj.steps),
+                "tokens": traj.prompt_tokens + traj.completion_tokens,
+            }
+        )
+    return rows
+
+
+def collect_trajectories(
+    config: PipelineConfig,
+    validated: dict,
+    progress: Progress | None = None,
+    models: ModelServers | None = None,
+) -> StageResult:
+    """K graded agent runs per validated task; the resolved ones become the SFT data."""
+    rows = _stage_rows(config, validated, config.collect.limit)
+    out = config.run_dir / "collect"
+    grader = Grader(config.store(), load_specs(config.dataset.specs_path()),
+                    backend=config.sandbox.backend, log_dir=out / "grading")  # fmt: skip
+
+    async def grade(instance: Instance, patch: str) -> dict:
+        return reward_dict(await grader.areward(instance, patch))
+
+    run, _ = _agent_batch(
+        config, models or ModelServers(), out, progress, len(rows) * config.collect.rollouts,
+        rollouts=config.collect.rollouts, grade=grade,
+    )  # fmt: skip
+    summary = run(lambda batch: agent_stages.collect(rows, batch))
+    sft = Path(summary.outputs["openai"])
+    return StageResult(
+        "collect_trajectories",
+        file_digest(sft),
+        summary.outputs,
+        {"tasks": summary.tasks, "runs": summary.runs, "resolved": summary.resolved,
+         "kept": summary.kept, "tokens": summary.prompt_tokens + summary.completion_tokens},
+        _trajectory_rows(out),
+    )  # fmt: skip
+
+
+def infer(
+    config: PipelineConfig,
+    validated: dict,
+    progress: Progress | None = None,
+    models: ModelServers | None = None,
+) -> StageResult:
+    """One agent run per validated task; the diffs become preds.json."""
+    rows = _stage_rows(config, validated, config.infer.limit)
+    out = config.run_dir / "infer"
+    run, model_name = _agent_batch(config, models or ModelServers(), out, progress, len(rows))
+    summary = run(lambda batch: agent_stages.infer(rows, batch, model_name))
+    preds = Path(summary.outputs["predictions"])
+    outputs = {**summary.outputs, "dataset": validated["outputs"]["dataset"]}
+    return StageResult(
+        "infer",
+        file_digest(preds),
+        outputs,
+        {"tasks": summary.tasks, "submitted": summary.submitted, "steps": summary.steps},
+        _trajectory_rows(out),
+    )
+
+
+def evaluate(
+    config: PipelineConfig, inferred: dict, progress: Progress | None = None
+) -> StageResult:
+    """Grade preds.json the way swebench's run_evaluation does, with its files and summary."""
+    instances = load_tasks(config, Path(inferred["outputs"]["dataset"]))
+    predictions = load_predictions(Path(inferred["outputs"]["predictions"]), instances)
+    if predictions.errors:
+        raise StageError("bad predictions: " + "; ".join(predictions.errors))
+    out = config.run_dir / "eval"
+    grader = Grader(config.store(), load_specs(config.dataset.specs_path()),
+                    backend=config.sandbox.backend, timeout_s=config.eval.timeout_s)  # fmt: skip
+    finished = Counter()
+
+    def on_done(outcome) -> None:
+        finished["n"] += 1
+        if progress is not None:
+            progress(finished["n"], len(predictions.items),
+                     f"{outcome.status}: {outcome.instance_id}")  # fmt: skip
+
+    summary = run_evaluation(
+        grader,
+        instances,
+        predictions.items,
+        config.eval.run_id,
+        root=out,
+        report_dir=out,
+        dataset_name=str(config.dataset.path),
+        max_workers=config.eval.max_workers,
+        on_done=on_done,
+    )
+    counts = {k: v for k, v in summary.report.items() if isinstance(v, int)}
+    rows = [{"instance": o.instance_id, "status": o.status, "resolved": o.resolved,
+             "reason": o.reason} for o in summary.outcomes]  # fmt: skip
+    return StageResult(
+        "evaluate",
+        file_digest(summary.report_path),
+        {"report": str(summary.report_path), "summary": str(summary.markdown_path),
+         "logs": str(out / "logs" / "run_evaluation" / config.eval.run_id)},
+        counts,
+        rows,
+    )  # fmt: skip

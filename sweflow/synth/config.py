@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sweflow.configfile import read_yaml_mapping, validate_model
 from sweflow.envcache.specs import EnvSpec
 from sweflow.errors import SweflowError
 from sweflow.synth.operators import OPERATORS
@@ -74,17 +74,8 @@ class SynthConfig(BaseModel):
 
 def load_config(path: Path, **overrides: Any) -> SynthConfig:
     """A recipe file; relative paths in it are relative to the file's folder."""
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise SynthConfigError(f"cannot read synth recipe {path}: {exc}") from exc
-    if isinstance(data, dict) and "out" in data and not Path(str(data["out"])).is_absolute():
+    data = read_yaml_mapping(path, "synth recipe", SynthConfigError)
+    if "out" in data and not Path(str(data["out"])).is_absolute():
         data["out"] = str((path.parent / str(data["out"])).resolve())
     data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return SynthConfig(**data)
-    except ValidationError as exc:
-        fields = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        raise SynthConfigError(f"synth recipe {path}: {fields}") from None
+    return validate_model(SynthConfig, data, f"synth recipe {path}", SynthConfigError)
