@@ -188,17 +188,29 @@ def dockerd():
 
 
 @pytest.fixture(scope="session")
-def grading_data(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
-    """A dataset with its specs, repo mirror and a store where every instance is built.
-
-    ``SWEFLOW_GRADING_DATASET`` points it at another dataset (e.g. data/demo/tasks.jsonl, with
-    specs.yaml beside it and repos/*.bundle); the default is tests/data/envcache.
-    """
+def grading_dataset(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
+    """Load a dataset (specs.yaml beside it, repos/*.bundle) and build every instance, once per
+    dataset per session: ``grading_dataset(path) -> GradingData``."""
     from sweflow.grading.dataset import GradingData
 
+    loaded: dict[Path, GradingData] = {}
+
+    def load(dataset: Path):
+        dataset = dataset.resolve()
+        if dataset not in loaded:
+            store = tmp_path_factory.mktemp("grading-store")
+            data = GradingData.load(dataset, store, wheelhouse)
+            failed = [r for r in data.build() if r.status == "error"]
+            assert not failed, [(r.instance_id, r.error) for r in failed]
+            loaded[dataset] = data
+        return loaded[dataset]
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def grading_data(grading_dataset):
+    """The dataset the grading tests run on: tests/data/envcache (SWE-bench rows of
+    more-itertools), or ``SWEFLOW_GRADING_DATASET`` (e.g. data/demo/tasks.jsonl)."""
     default = Path(__file__).parent / "data" / "envcache" / "instances.jsonl"
-    dataset = Path(os.environ.get("SWEFLOW_GRADING_DATASET") or default)
-    data = GradingData.load(dataset, tmp_path_factory.mktemp("grading-store"), wheelhouse)
-    failed = [r for r in data.build() if r.status == "error"]
-    assert not failed, [(r.instance_id, r.error) for r in failed]
-    return data
+    return grading_dataset(Path(os.environ.get("SWEFLOW_GRADING_DATASET") or default))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def test_variants_are_real_diffs(instances) -> None:
     def read(path: str) -> str:
         return "import x\n\ndef f():\n    pass\n"
 
-    made = {name: make(real, read) for name, make in VARIANTS.items()}
+    made = {name: make(real, read, [real]) for name, make in VARIANTS.items()}
     assert made["gold"] == real.patch and made["empty"] == ""
     reverted = PatchSet(made["revert_hunk"])
     assert sum(len(f) for f in reverted) == sum(len(f) for f in PatchSet(real.patch)) - 1
@@ -62,6 +63,32 @@ def test_variants_are_real_diffs(instances) -> None:
     assert [f.path for f in broken] == ["more_itertools/__init__.py"]
     assert str(broken[0][0]).startswith("@@ -1,3 +1,4 @@\n+raise ImportError")
     assert made["stale"] != real.patch and "# stale" in made["stale"]
+    assert made["other_bug"] is None  # no other task of its repository
+
+
+def test_other_bug_fixes_one_task_and_plants_another() -> None:
+    fixed = "def f(x):\n    return x + 1\n\n\ndef g(x):\n    return x * 2\n"
+    f_bug, g_bug = fixed.replace("x + 1", "x - 1"), fixed.replace("x * 2", "x * 3")
+
+    def task(name: str, buggy: str) -> Instance:
+        patch = "".join(difflib.unified_diff(buggy.splitlines(True), fixed.splitlines(True),
+                                             "a/m.py", "b/m.py"))  # fmt: skip
+        return Instance(instance_id=name, repo="o/r", base_commit="0" * 40,
+                        patch=f"diff --git a/m.py b/m.py\n{patch}")  # fmt: skip
+
+    f_task, g_task = task("o__r-f", f_bug), task("o__r-g", g_bug)
+    made = VARIANTS["other_bug"](f_task, lambda path: {"m.py": f_bug}[path], [f_task, g_task])
+    (edited,) = PatchSet(made)
+    assert edited.path == "m.py"
+    lines = [line for hunk in edited for line in hunk]
+    assert {line.value for line in lines if line.is_removed} == {
+        "    return x - 1\n",  # this task's bug, fixed
+        "    return x * 2\n",
+    }
+    assert {line.value for line in lines if line.is_added} == {
+        "    return x + 1\n",
+        "    return x * 3\n",  # the other task's bug, planted
+    }
 
 
 def test_predictions_report_bad_rows_and_keep_the_others(instances, tmp_path: Path) -> None:

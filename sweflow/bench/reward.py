@@ -34,7 +34,7 @@ from sweflow.grading.variants import variant_predictions
 from sweflow.instances import Instance
 
 Progress = Callable[[str], None]
-PATCH_KINDS = ["gold", "revert_hunk"]  # both run the whole test suite
+PATCH_KINDS = ["gold", "revert_hunk", "other_bug"]  # each runs the whole test suite
 
 
 def _p50(samples: list[float]) -> float | None:
@@ -162,6 +162,7 @@ def run(
     data: GradingData,
     *,
     quick: bool = False,
+    limit: int = 0,
     docker: bool = True,
     harness: bool = True,
     progress: Progress = lambda line: None,
@@ -169,7 +170,7 @@ def run(
     """Build what is missing, then time local, docker, the harness and bare on the same patches."""
     built = data.build()
     failed = [r.instance_id for r in built if r.status == "error"]
-    instances = [i for i in data.instances if i.instance_id not in failed][: 2 if quick else None]
+    instances = data.sample(2 if quick else limit, exclude=set(failed))
     kinds = ["gold"] if quick else PATCH_KINDS
     preds_by_kind = variant_predictions(data.store, instances, kinds)
     preds = [p for kind in kinds for p in preds_by_kind[kind]]

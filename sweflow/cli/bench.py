@@ -120,6 +120,9 @@ def bench_reward(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
     quick: bool = typer.Option(False, help="Two instances, gold patches, one rep (for CI)."),
+    limit: int = typer.Option(
+        0, "--limit", help="Instances, taken from each repository in turn (0: all)."
+    ),
     docker: bool = typer.Option(True, help="Include the docker backend (starts dockerd)."),
     harness: bool = typer.Option(True, help="Include swebench's run_evaluation (starts dockerd)."),
 ) -> None:
@@ -132,6 +135,7 @@ def bench_reward(
     report = run(
         data,
         quick=quick,
+        limit=limit,
         docker=docker,
         harness=harness,
         progress=lambda line: err.print(f"[dim]{line}[/]"),

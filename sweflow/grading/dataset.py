@@ -7,7 +7,10 @@ a bundle folder as its repo mirror. Used by the grading tests, the cross-check a
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
@@ -50,3 +53,13 @@ class GradingData:
 
     def build(self) -> list[BuildResult]:
         return self.builder.build(self.instances)
+
+    def sample(self, limit: int, exclude: Collection[str] = ()) -> list[Instance]:
+        """Up to ``limit`` instances (all when 0), taking one from each repository in turn, so
+        that a small sample still covers every project."""
+        by_repo: dict[str, list[Instance]] = defaultdict(list)
+        for i in self.instances:
+            if i.instance_id not in exclude:
+                by_repo[i.repo].append(i)
+        rounds = zip_longest(*by_repo.values())
+        return [i for round_ in rounds for i in round_ if i is not None][: limit or None]
