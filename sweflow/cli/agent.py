@@ -17,23 +17,7 @@ from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, Trajecto
 from sweflow.agent.runner import Grade, reward_dict
 from sweflow.agent.stages import StageSummary, collect, infer
 from sweflow.cli.common import BackendOption, console
-from sweflow.cli.env import (
-    BaseOverride,
-    CliError,
-    DatasetOption,
-    InstancesOption,
-    MirrorOption,
-    RepoOption,
-    RepoUrlOption,
-    SpecsOption,
-    SplitOption,
-    StoreOption,
-    WheelhouseOption,
-    WorkersOption,
-    build_with_progress,
-    load_dataset_rows,
-    make_builder,
-)
+from sweflow.cli.env import CliError, DatasetArgs, build_with_progress, dataset_options
 from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
 from sweflow.instances import Instance
 
@@ -65,13 +49,15 @@ def agent_config(path: Path | None, tool_mode: str | None, max_steps: int | None
         raise CliError(f"agent config: {exc}") from None
 
 
-def built_rows(builder: EnvBuilder, rows: list[Instance]) -> list[Instance]:
-    """Build what is missing; the rows whose environment failed are reported and left out."""
+def build_dataset(data: DatasetArgs) -> tuple[EnvBuilder, list[Instance]]:
+    """Load the rows and build what is missing; rows whose build failed are reported, left out."""
+    rows = data.rows()
+    builder = data.builder()
     results = build_with_progress(builder, rows)
     failed = {r.instance_id: r for r in results if r.status == "error"}
     for r in failed.values():
         console.print(f"[yellow]skipped (build failed):[/] {r.instance_id}: {r.error}")
-    return [row for row in rows if row.instance_id not in failed]
+    return builder, [row for row in rows if row.instance_id not in failed]
 
 
 def run_stage(
@@ -153,28 +139,9 @@ def make_grade(builder: EnvBuilder, backend: str, log_dir: Path) -> Grade:
     return grade
 
 
-def _stage_setup(
-    dataset, split, specs, repo_mirror, repo, repo_url, instances, store, base, wheelhouse, workers
-) -> tuple[EnvBuilder, list[Instance]]:
-    rows = load_dataset_rows(dataset, split, instances)
-    builder = make_builder(
-        dataset, specs, store, repo_mirror, repo, repo_url, base, wheelhouse, workers
-    )
-    return builder, built_rows(builder, rows)
-
-
+@dataset_options
 def collect_command(
-    dataset: str = DatasetOption,
-    split: str = SplitOption,
-    specs: Path = SpecsOption,
-    repo_mirror: Path = MirrorOption,
-    repo: Path = RepoOption,
-    repo_url: str = RepoUrlOption,
-    instances: list[str] = InstancesOption,
-    store: Path = StoreOption,
-    base: str = BaseOverride,
-    wheelhouse: Path = WheelhouseOption,
-    max_workers: int = WorkersOption,
+    data: DatasetArgs,
     model_url: str = ModelUrlOption,
     model: str = ModelOption,
     api_key: str = ApiKeyOption,
@@ -191,19 +158,7 @@ def collect_command(
 ) -> None:
     """Golden trajectories: K graded runs per task; resolved runs become the SFT dataset."""
     agent = agent_config(agent_config_path, tool_mode, max_steps)  # fail before any build
-    builder, rows = _stage_setup(
-        dataset,
-        split,
-        specs,
-        repo_mirror,
-        repo,
-        repo_url,
-        instances,
-        store,
-        base,
-        wheelhouse,
-        max_workers,
-    )
+    builder, rows = build_dataset(data)
     options = dict(
         agent=agent,
         out_dir=out,
@@ -224,18 +179,9 @@ def collect_command(
     print_summary("sweflow collect", summary)
 
 
+@dataset_options
 def infer_command(
-    dataset: str = DatasetOption,
-    split: str = SplitOption,
-    specs: Path = SpecsOption,
-    repo_mirror: Path = MirrorOption,
-    repo: Path = RepoOption,
-    repo_url: str = RepoUrlOption,
-    instances: list[str] = InstancesOption,
-    store: Path = StoreOption,
-    base: str = BaseOverride,
-    wheelhouse: Path = WheelhouseOption,
-    max_workers: int = WorkersOption,
+    data: DatasetArgs,
     model_url: str = ModelUrlOption,
     model: str = ModelOption,
     api_key: str = ApiKeyOption,
@@ -250,19 +196,7 @@ def infer_command(
 ) -> None:
     """Batch inference: one run per task; writes preds.json (swebench format) + trajectories."""
     agent = agent_config(agent_config_path, tool_mode, max_steps)  # fail before any build
-    builder, rows = _stage_setup(
-        dataset,
-        split,
-        specs,
-        repo_mirror,
-        repo,
-        repo_url,
-        instances,
-        store,
-        base,
-        wheelhouse,
-        max_workers,
-    )
+    builder, rows = build_dataset(data)
     options = dict(
         agent=agent,
         out_dir=out,

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
@@ -14,6 +19,8 @@ from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
 from sweflow.envcache.specs import load_specs
 from sweflow.errors import SweflowError
 from sweflow.instances import Instance, load_instances
+
+R = TypeVar("R")
 
 env_app = App(help="Build, validate and enter cached, layered environments of task instances.")
 
@@ -82,6 +89,66 @@ def make_builder(
     return EnvBuilder(load_specs(specs_path), options, progress)
 
 
+@dataclass(frozen=True)
+class DatasetArgs:
+    """The dataset and build options that :func:`dataset_options` gives a command."""
+
+    dataset: str = field(metadata={"option": DatasetOption})
+    split: str | None = field(metadata={"option": SplitOption})
+    specs: Path | None = field(metadata={"option": SpecsOption})
+    repo_mirror: Path | None = field(metadata={"option": MirrorOption})
+    repo: Path | None = field(metadata={"option": RepoOption})
+    repo_url: str | None = field(metadata={"option": RepoUrlOption})
+    instances: list[str] | None = field(metadata={"option": InstancesOption})
+    store: Path = field(metadata={"option": StoreOption})
+    base: str | None = field(metadata={"option": BaseOverride})
+    wheelhouse: Path | None = field(metadata={"option": WheelhouseOption})
+    max_workers: int = field(metadata={"option": WorkersOption})
+
+    def rows(self) -> list[Instance]:
+        return load_dataset_rows(self.dataset, self.split, self.instances)
+
+    def builder(self) -> EnvBuilder:
+        return make_builder(
+            self.dataset,
+            self.specs,
+            self.store,
+            self.repo_mirror,
+            self.repo,
+            self.repo_url,
+            self.base,
+            self.wheelhouse,
+            self.max_workers,
+        )
+
+
+def dataset_options(command: Callable[..., R]) -> Callable[..., R]:
+    """Give ``command`` the :class:`DatasetArgs` options, passed as its ``DatasetArgs`` parameter.
+
+    They come first in ``--help``. A parameter of ``command`` named like one of them replaces
+    that option (to say it differently) and gets the value as well.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    own = signature.parameters
+    data_name = next(name for name, p in own.items() if p.annotation is DatasetArgs)
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    hints = get_type_hints(DatasetArgs)
+    shared = [
+        inspect.Parameter(f.name, keyword, default=f.metadata["option"], annotation=hints[f.name])
+        for f in fields(DatasetArgs)
+        if f.name not in own
+    ]
+    rest = [p.replace(kind=keyword) for name, p in own.items() if name != data_name]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> R:
+        data = DatasetArgs(**{f.name: kwargs[f.name] for f in fields(DatasetArgs)})
+        return command(**{k: v for k, v in kwargs.items() if k in own}, **{data_name: data})
+
+    wrapper.__signature__ = signature.replace(parameters=shared + rest)  # type: ignore[attr-defined]
+    return wrapper
+
+
 def _progress() -> Progress:
     return Progress(
         TextColumn("{task.description}"),
@@ -122,27 +189,16 @@ def print_build_table(results: list[BuildResult]) -> None:
 
 
 @env_app.command("build")
+@dataset_options
 def env_build(
-    dataset: str = DatasetOption,
-    split: str = SplitOption,
-    specs: Path = SpecsOption,
-    repo_mirror: Path = MirrorOption,
-    repo: Path = RepoOption,
-    repo_url: str = RepoUrlOption,
-    instances: list[str] = InstancesOption,
-    store: Path = StoreOption,
-    base: str = BaseOverride,
-    wheelhouse: Path = WheelhouseOption,
-    max_workers: int = WorkersOption,
+    data: DatasetArgs,
     pack: str = typer.Option(None, "--pack", help="Pack built layers: squashfs or erofs."),
 ) -> None:
     """Build (or find cached) the layers of every instance; exit 1 if any failed."""
     if pack not in (None, "squashfs", "erofs"):
         raise CliError(f"--pack must be squashfs or erofs, not {pack!r}")
-    rows = load_dataset_rows(dataset, split, instances)
-    builder = make_builder(
-        dataset, specs, store, repo_mirror, repo, repo_url, base, wheelhouse, max_workers
-    )
+    rows = data.rows()
+    builder = data.builder()
     results = build_with_progress(builder, rows)
     print_build_table(results)
     if pack:
@@ -154,18 +210,9 @@ def env_build(
 
 
 @env_app.command("validate")
+@dataset_options
 def env_validate(
-    dataset: str = DatasetOption,
-    split: str = SplitOption,
-    specs: Path = SpecsOption,
-    repo_mirror: Path = MirrorOption,
-    repo: Path = RepoOption,
-    repo_url: str = RepoUrlOption,
-    instances: list[str] = InstancesOption,
-    store: Path = StoreOption,
-    base: str = BaseOverride,
-    wheelhouse: Path = WheelhouseOption,
-    max_workers: int = WorkersOption,
+    data: DatasetArgs,
     out: Path = typer.Option(..., "--out", help="Where the validated dataset (JSONL) goes."),
     report: Path = typer.Option(
         ..., "--report", help="Folder for validation.json and validation.md."
@@ -176,10 +223,8 @@ def env_validate(
     """Build what is missing, then check each instance's tests both ways in fresh sandboxes."""
     from sweflow.envcache.validate import validate, write_outputs
 
-    rows = load_dataset_rows(dataset, split, instances)
-    builder = make_builder(
-        dataset, specs, store, repo_mirror, repo, repo_url, base, wheelhouse, max_workers
-    )
+    rows = data.rows()
+    builder = data.builder()
     build_results = {r.instance_id: r for r in build_with_progress(builder, rows)}
     prepared = [builder.prepare_validation(row, build_results[row.instance_id]) for row in rows]
     with _progress() as bar:
@@ -189,7 +234,7 @@ def env_validate(
             report / "logs",
             runs=runs,
             timeout=timeout,
-            max_workers=max_workers,
+            max_workers=data.max_workers,
             on_done=lambda r: bar.update(
                 task, advance=1, description=f"{r.outcome}: {r.instance_id}"
             ),

@@ -9,28 +9,14 @@ from rich.console import Console
 from rich.table import Table
 
 from sweflow.cli.common import BackendOption, console
-from sweflow.cli.env import (
-    BaseOverride,
-    DatasetOption,
-    InstancesOption,
-    MirrorOption,
-    RepoOption,
-    RepoUrlOption,
-    SpecsOption,
-    SplitOption,
-    StoreOption,
-    WheelhouseOption,
-    _progress,
-    build_with_progress,
-    load_dataset_rows,
-    make_builder,
-)
+from sweflow.cli.env import DatasetArgs, _progress, build_with_progress, dataset_options
 
 STYLES = {"resolved": "green", "unresolved": "yellow", "error": "red", "empty": "dim"}
 
 
+@dataset_options
 def eval_command(
-    dataset: str = DatasetOption,
+    data: DatasetArgs,
     predictions: str = typer.Option(
         ..., "--predictions", "-p", help="preds.json, preds.jsonl, or 'gold'."
     ),
@@ -44,34 +30,23 @@ def eval_command(
     reject_test_edits: bool = typer.Option(
         False, help="Grade patches that edit test files as unresolved."
     ),
-    split: str = SplitOption,
-    specs: Path = SpecsOption,
-    repo_mirror: Path = MirrorOption,
-    repo: Path = RepoOption,
-    repo_url: str = RepoUrlOption,
-    instances: list[str] = InstancesOption,
-    store: Path = StoreOption,
-    base: str = BaseOverride,
-    wheelhouse: Path = WheelhouseOption,
 ) -> None:
     """Build what is missing, grade each prediction in a fresh sandbox, write swebench's files."""
     from sweflow.grading.evaluate import evaluate
     from sweflow.grading.predictions import load_predictions
     from sweflow.grading.reward import Grader
 
-    rows = load_dataset_rows(dataset, split, instances)
+    rows = data.rows()
     preds = load_predictions(predictions, rows)
     err = Console(stderr=True)
     for error in preds.errors:
         err.print(f"[yellow]skipped prediction:[/] {error}", highlight=False)
     wanted = {p.instance_id for p in preds.items}
     rows_to_build = [r for r in rows if r.instance_id in wanted]
-    builder = make_builder(
-        dataset, specs, store, repo_mirror, repo, repo_url, base, wheelhouse, max_workers
-    )
+    builder = data.builder()
     build_with_progress(builder, rows_to_build)
     grader = Grader(
-        store,
+        data.store,
         builder.specs,
         backend=backend,
         timeout_s=timeout,
@@ -85,7 +60,7 @@ def eval_command(
             preds.items,
             run_id,
             report_dir=report_dir,
-            dataset_name=dataset,
+            dataset_name=data.dataset,
             max_workers=max_workers,
             on_done=lambda o: bar.update(
                 task, advance=1, description=f"{o.status}: {o.instance_id}"
