@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from rich.table import Table
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, Trajectory
 from sweflow.agent.runner import Grade, reward_dict
 from sweflow.agent.stages import StageSummary, collect, infer
-from sweflow.cli.common import BackendOption, console
+from sweflow.cli.common import BackendOption, console, option_group
 from sweflow.cli.env import CliError, DatasetArgs, build_with_progress, dataset_options
 from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
 from sweflow.instances import Instance
@@ -35,18 +36,6 @@ MaxStepsOption = typer.Option(None, "--max-steps", help="Model calls per run.")
 TemperatureOption = typer.Option(None, "--temperature", help="Sampling temperature.")
 MaxTokensOption = typer.Option(None, "--max-tokens", help="Completion tokens per model call.")
 ConcurrencyOption = typer.Option(8, "--concurrency", "-c", help="Runs (open sandboxes) at once.")
-
-
-def agent_config(path: Path | None, tool_mode: str | None, max_steps: int | None) -> AgentConfig:
-    data: dict[str, Any] = (yaml.safe_load(path.read_text()) or {}) if path else {}
-    if tool_mode:
-        data["tool_mode"] = tool_mode
-    if max_steps:
-        data.setdefault("limits", {})["max_steps"] = max_steps
-    try:
-        return AgentConfig.model_validate(data)
-    except ValidationError as exc:
-        raise CliError(f"agent config: {exc}") from None
 
 
 def build_dataset(data: DatasetArgs) -> tuple[EnvBuilder, list[Instance]]:
@@ -99,17 +88,6 @@ def run_stage(
         return asyncio.run(go())
 
 
-def model_config(
-    url: str, model: str, api_key: str, temperature: float | None, max_tokens: int | None
-) -> ModelConfig:
-    config = ModelConfig(base_url=url, model=model, api_key=api_key)
-    if temperature is not None:
-        config.temperature = temperature
-    if max_tokens is not None:
-        config.max_tokens = max_tokens
-    return config
-
-
 def print_summary(title: str, summary: StageSummary) -> None:
     table = Table(title=title)
     for column in ("tasks", "runs", "submitted", "resolved", "kept", "steps", "tokens"):
@@ -139,76 +117,94 @@ def make_grade(builder: EnvBuilder, backend: str, log_dir: Path) -> Grade:
     return grade
 
 
+@dataclass(frozen=True)
+class AgentRunArgs:
+    """The model and agent options that ``collect`` and ``infer`` share."""
+
+    model_url: str = field(metadata={"option": ModelUrlOption})
+    model: str = field(metadata={"option": ModelOption})
+    api_key: str = field(metadata={"option": ApiKeyOption})
+    out: Path = field(metadata={"option": OutOption})
+    concurrency: int = field(metadata={"option": ConcurrencyOption})
+    agent_config_path: Path | None = field(metadata={"option": AgentConfigOption})
+    tool_mode: str | None = field(metadata={"option": ToolModeOption})
+    max_steps: int | None = field(metadata={"option": MaxStepsOption})
+    temperature: float | None = field(metadata={"option": TemperatureOption})
+    max_tokens: int | None = field(metadata={"option": MaxTokensOption})
+    backend: str = field(metadata={"option": BackendOption})
+
+    def agent_config(self) -> AgentConfig:
+        """The ``--agent-config`` YAML with the flags over it."""
+        path = self.agent_config_path
+        data: dict[str, Any] = (yaml.safe_load(path.read_text()) or {}) if path else {}
+        if self.tool_mode:
+            data["tool_mode"] = self.tool_mode
+        if self.max_steps:
+            data.setdefault("limits", {})["max_steps"] = self.max_steps
+        try:
+            return AgentConfig.model_validate(data)
+        except ValidationError as exc:
+            raise CliError(f"agent config: {exc}") from None
+
+    def model_config(self) -> ModelConfig:
+        """The endpoint, with the sampling flags that were given."""
+        config = ModelConfig(base_url=self.model_url, model=self.model, api_key=self.api_key)
+        if self.temperature is not None:
+            config.temperature = self.temperature
+        if self.max_tokens is not None:
+            config.max_tokens = self.max_tokens
+        return config
+
+    def prepare(self, data: DatasetArgs) -> tuple[EnvBuilder, list[Instance], dict[str, Any]]:
+        """Check the agent config, then build the dataset: builder, usable rows, Batch options."""
+        agent = self.agent_config()  # fail before any build
+        builder, rows = build_dataset(data)
+        options = dict(
+            agent=agent,
+            out_dir=self.out,
+            spec_for=lambda row: instance_sandbox_spec(builder.store, row.instance_id),
+            max_open_sandboxes=self.concurrency,
+            backend=self.backend,
+        )
+        return builder, rows, options
+
+    def run(
+        self,
+        title: str,
+        total: int,
+        options: dict[str, Any],
+        stage: Callable[[Batch], Coroutine[Any, Any, StageSummary]],
+    ) -> None:
+        """Run ``stage`` (see :func:`run_stage`) and print its summary."""
+        print_summary(
+            f"sweflow {title}", run_stage(title, total, self.model_config(), options, stage)
+        )
+
+
+agent_run_options = option_group(AgentRunArgs)
+
+
 @dataset_options
+@agent_run_options
 def collect_command(
     data: DatasetArgs,
-    model_url: str = ModelUrlOption,
-    model: str = ModelOption,
-    api_key: str = ApiKeyOption,
-    out: Path = OutOption,
+    agent: AgentRunArgs,
     rollouts: int = typer.Option(1, "--rollouts", "-k", help="Runs per task."),
-    concurrency: int = ConcurrencyOption,
     graders: int = typer.Option(2, "--graders", help="Gradings at once (they run test suites)."),
-    agent_config_path: Path = AgentConfigOption,
-    tool_mode: str = ToolModeOption,
-    max_steps: int = MaxStepsOption,
-    temperature: float = TemperatureOption,
-    max_tokens: int = MaxTokensOption,
-    backend: str = BackendOption,
 ) -> None:
     """Golden trajectories: K graded runs per task; resolved runs become the SFT dataset."""
-    agent = agent_config(agent_config_path, tool_mode, max_steps)  # fail before any build
-    builder, rows = build_dataset(data)
-    options = dict(
-        agent=agent,
-        out_dir=out,
-        spec_for=lambda row: instance_sandbox_spec(builder.store, row.instance_id),
+    builder, rows, options = agent.prepare(data)
+    options.update(
         rollouts=rollouts,
-        max_open_sandboxes=concurrency,
         max_grading=graders,
-        backend=backend,
-        grade=make_grade(builder, backend, out / "grading"),
+        grade=make_grade(builder, agent.backend, agent.out / "grading"),
     )
-    summary = run_stage(
-        "collect",
-        len(rows) * rollouts,
-        model_config(model_url, model, api_key, temperature, max_tokens),
-        options,
-        lambda batch: collect(rows, batch),
-    )
-    print_summary("sweflow collect", summary)
+    agent.run("collect", len(rows) * rollouts, options, lambda batch: collect(rows, batch))
 
 
 @dataset_options
-def infer_command(
-    data: DatasetArgs,
-    model_url: str = ModelUrlOption,
-    model: str = ModelOption,
-    api_key: str = ApiKeyOption,
-    out: Path = OutOption,
-    concurrency: int = ConcurrencyOption,
-    agent_config_path: Path = AgentConfigOption,
-    tool_mode: str = ToolModeOption,
-    max_steps: int = MaxStepsOption,
-    temperature: float = TemperatureOption,
-    max_tokens: int = MaxTokensOption,
-    backend: str = BackendOption,
-) -> None:
+@agent_run_options
+def infer_command(data: DatasetArgs, agent: AgentRunArgs) -> None:
     """Batch inference: one run per task; writes preds.json (swebench format) + trajectories."""
-    agent = agent_config(agent_config_path, tool_mode, max_steps)  # fail before any build
-    builder, rows = build_dataset(data)
-    options = dict(
-        agent=agent,
-        out_dir=out,
-        spec_for=lambda row: instance_sandbox_spec(builder.store, row.instance_id),
-        max_open_sandboxes=concurrency,
-        backend=backend,
-    )
-    summary = run_stage(
-        "infer",
-        len(rows),
-        model_config(model_url, model, api_key, temperature, max_tokens),
-        options,
-        lambda batch: infer(rows, batch, model),
-    )
-    print_summary("sweflow infer", summary)
+    _, rows, options = agent.prepare(data)
+    agent.run("infer", len(rows), options, lambda batch: infer(rows, batch, agent.model))

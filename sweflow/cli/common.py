@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
@@ -17,6 +19,7 @@ from sweflow.sandbox import SandboxSpec
 from sweflow.sandbox.rootfs import resolve_base
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 console = Console()
 EXIT_USER_ERROR = 2
@@ -66,6 +69,42 @@ class App(typer.Typer):
             return func
 
         return decorator
+
+
+def option_group(group: type) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """A decorator that gives a command the options of the dataclass ``group``.
+
+    Each field of ``group`` carries its ``typer.Option`` as ``metadata["option"]``. The command's
+    parameter annotated ``group`` becomes those options in ``--help`` (in its place) and gets them
+    as one ``group`` instance. A parameter of the command named like one of them replaces that
+    option (to say it differently) and gets the value as well.
+    """
+    hints = get_type_hints(group)
+    group_options = {f.name: f.metadata["option"] for f in fields(group)}
+
+    def decorator(command: Callable[..., R]) -> Callable[..., R]:
+        signature = inspect.signature(command, eval_str=True)
+        own = signature.parameters
+        group_name = next(name for name, p in own.items() if p.annotation is group)
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        options = [
+            inspect.Parameter(name, keyword, default=option, annotation=hints[name])
+            for name, option in group_options.items()
+            if name not in own
+        ]
+        parameters: list[inspect.Parameter] = []
+        for name, p in own.items():
+            parameters += options if name == group_name else [p.replace(kind=keyword)]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> R:
+            value = group(**{name: kwargs[name] for name in group_options})
+            return command(**{k: v for k, v in kwargs.items() if k in own}, **{group_name: value})
+
+        wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorator
 
 
 def base_layer(base: str) -> Path:

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import App, console
+from sweflow.cli.common import App, console, option_group
 from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
 from sweflow.envcache.specs import load_specs
 from sweflow.errors import SweflowError
 from sweflow.instances import Instance, load_instances
-
-R = TypeVar("R")
 
 env_app = App(help="Build, validate and enter cached, layered environments of task instances.")
 
@@ -91,7 +85,7 @@ def make_builder(
 
 @dataclass(frozen=True)
 class DatasetArgs:
-    """The dataset and build options that :func:`dataset_options` gives a command."""
+    """The dataset and build options that ``dataset_options`` gives a command."""
 
     dataset: str = field(metadata={"option": DatasetOption})
     split: str | None = field(metadata={"option": SplitOption})
@@ -122,31 +116,7 @@ class DatasetArgs:
         )
 
 
-def dataset_options(command: Callable[..., R]) -> Callable[..., R]:
-    """Give ``command`` the :class:`DatasetArgs` options, passed as its ``DatasetArgs`` parameter.
-
-    They come first in ``--help``. A parameter of ``command`` named like one of them replaces
-    that option (to say it differently) and gets the value as well.
-    """
-    signature = inspect.signature(command, eval_str=True)
-    own = signature.parameters
-    data_name = next(name for name, p in own.items() if p.annotation is DatasetArgs)
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    hints = get_type_hints(DatasetArgs)
-    shared = [
-        inspect.Parameter(f.name, keyword, default=f.metadata["option"], annotation=hints[f.name])
-        for f in fields(DatasetArgs)
-        if f.name not in own
-    ]
-    rest = [p.replace(kind=keyword) for name, p in own.items() if name != data_name]
-
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> R:
-        data = DatasetArgs(**{f.name: kwargs[f.name] for f in fields(DatasetArgs)})
-        return command(**{k: v for k, v in kwargs.items() if k in own}, **{data_name: data})
-
-    wrapper.__signature__ = signature.replace(parameters=shared + rest)  # type: ignore[attr-defined]
-    return wrapper
+dataset_options = option_group(DatasetArgs)
 
 
 def _progress() -> Progress:
