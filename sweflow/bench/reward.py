@@ -27,7 +27,7 @@ from pathlib import Path
 
 from sweflow.envcache.specs import EnvSpec, test_command
 from sweflow.grading.dataset import GradingData
-from sweflow.grading.evalscript import make_eval_script, patch_files
+from sweflow.grading.evalscript import patch_files
 from sweflow.grading.predictions import Prediction
 from sweflow.grading.reward import Grader
 from sweflow.grading.variants import variant_predictions
@@ -57,7 +57,7 @@ class HostChroot:
     with the sandbox's environment, so the interpreter, venv and checkout are the very same
     bits, and no namespace, cgroup, init or shell protocol is involved. Needs root."""
 
-    def __init__(self, data: GradingData, instance: Instance, root: Path) -> None:
+    def __init__(self, data: GradingData, instance: Instance, eval_script: str, root: Path) -> None:
         from sweflow.envcache.builder import instance_sandbox_spec
 
         self.instance = instance
@@ -75,10 +75,7 @@ class HostChroot:
                        check=True)  # fmt: skip
         subprocess.run(["mount", "--rbind", "/dev", str(self.root / "dev")], check=True)
         subprocess.run(["mount", "-t", "proc", "proc", str(self.root / "proc")], check=True)
-        self.eval_script = make_eval_script(
-            instance, self.spec, activate=". /opt/sweflow/venv/bin/activate"
-        )
-        (self.root / "eval.sh").write_text(self.eval_script)
+        (self.root / "eval.sh").write_text(eval_script)
 
     def close(self) -> None:
         for mount in reversed(self.mounts):
@@ -101,7 +98,8 @@ class HostChroot:
         """Apply ``patch`` and run the eval script: the work of a reward, with no sandbox."""
         self._reset_with()
         (self.root / "tmp/patch.diff").write_text(patch)
-        return self._bash("cd /testbed && git apply /tmp/patch.diff && bash /eval.sh")
+        # the script's status is the tests' (failing ones included): only a failed apply is fatal
+        return self._bash("cd /testbed && git apply /tmp/patch.diff && { bash /eval.sh; true; }")
 
     def time_test_cmd(self, patch: str) -> float:
         """The spec's test command alone, on the checkout with the patch and test patch."""
@@ -110,11 +108,12 @@ class HostChroot:
         return self._bash(f"cd /testbed && ({command}) >/dev/null 2>&1 || true")
 
 
-def _bare(data, by_id, preds, reps, progress) -> tuple[list[float], list[float]]:
+def _bare(data, grader, by_id, preds, reps, progress) -> tuple[list[float], list[float]]:
     evals, test_cmds = [], []
     for instance_id in dict.fromkeys(p.instance_id for p in preds):
         with tempfile.TemporaryDirectory(prefix="sweflow-bare-") as tmp:
-            host = HostChroot(data, by_id[instance_id], Path(tmp))
+            instance = by_id[instance_id]
+            host = HostChroot(data, instance, grader.eval_script(instance), Path(tmp))
             try:
                 mine = [p for p in preds if p.instance_id == instance_id]
                 host.time_eval(mine[0].model_patch or "")  # warm-up
@@ -172,8 +171,9 @@ def run(
     failed = [r.instance_id for r in built if r.status == "error"]
     instances = data.sample(2 if quick else limit, exclude=set(failed))
     kinds = ["gold"] if quick else PATCH_KINDS
-    preds_by_kind = variant_predictions(data.store, instances, kinds)
-    preds = [p for kind in kinds for p in preds_by_kind[kind]]
+    made = variant_predictions(data.store, instances, kinds)
+    preds_by_kind = {kind: preds for kind, preds in made.items() if preds}  # kinds that fit
+    preds = [p for kind_preds in preds_by_kind.values() for p in kind_preds]
     by_id = {i.instance_id: i for i in instances}
     reps = 1 if quick else 2
     report: dict = {"instances": len(instances), "patches": len(preds), "reps": reps,
@@ -182,7 +182,9 @@ def run(
     progress("local: grading")
     samples = {"local": _time_grader(local, by_id, preds, reps)}
     progress("bare: the same layers by chroot, no sandbox")
-    samples["bare_tests"], samples["bare_test_cmd"] = _bare(data, by_id, preds, reps, progress)
+    samples["bare_tests"], samples["bare_test_cmd"] = _bare(
+        data, local, by_id, preds, reps, progress
+    )
     with contextlib.ExitStack() as stack:
         if docker or harness:
             from sweflow.sandbox.dockerd import docker_daemon

@@ -99,6 +99,8 @@ def run_harness(
     timeout: int = 1800,
 ) -> HarnessRun:
     """``python -m swebench.harness.run_evaluation`` in ``root`` against ``docker_host``."""
+    if not predictions:
+        raise ValueError(f"run {run_id}: no predictions to evaluate")
     root.mkdir(parents=True, exist_ok=True)
     preds_file = root / f"predictions.{run_id}.{predictions[0].model_name_or_path}.jsonl"
     preds_file.write_text("".join(json.dumps(p.to_row()) + "\n" for p in predictions))
