@@ -53,6 +53,16 @@ def reward_dict(result: Any) -> dict[str, Any]:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in data.items()}
 
 
+def grade_with(grader: Any) -> Grade:
+    """A Batch's ``grade`` from a grader with ``areward(instance, patch)``
+    (sweflow.grading.Grader)."""
+
+    async def grade(instance: Instance, patch: str) -> dict[str, Any]:
+        return reward_dict(await grader.areward(instance, patch))
+
+    return grade
+
+
 @dataclasses.dataclass
 class Batch:
     """What a batch needs besides its instances."""

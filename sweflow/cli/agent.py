@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, Trajectory
-from sweflow.agent.runner import Grade, reward_dict
+from sweflow.agent.runner import grade_with
 from sweflow.agent.stages import StageSummary, collect, infer
 from sweflow.cli.common import BackendOption, console, option_group
 from sweflow.cli.env import CliError, DatasetArgs, build_with_progress, dataset_options
@@ -106,17 +106,6 @@ def print_summary(title: str, summary: StageSummary) -> None:
         console.print(f"{name}: {path}", highlight=False)
 
 
-def make_grade(builder: EnvBuilder, backend: str, log_dir: Path) -> Grade:
-    from sweflow.grading import Grader
-
-    grader = Grader(builder.options.store, builder.specs, backend=backend, log_dir=log_dir)
-
-    async def grade(instance: Instance, patch: str) -> dict[str, Any]:
-        return reward_dict(await grader.areward(instance, patch))
-
-    return grade
-
-
 @dataclass(frozen=True)
 class AgentRunArgs:
     """The model and agent options that ``collect`` and ``infer`` share."""
@@ -193,11 +182,15 @@ def collect_command(
     graders: int = typer.Option(2, "--graders", help="Gradings at once (they run test suites)."),
 ) -> None:
     """Golden trajectories: K graded runs per task; resolved runs become the SFT dataset."""
+    from sweflow.grading import Grader
+
     builder, rows, options = agent.prepare(data)
+    log_dir = agent.out / "grading"
+    grader = Grader(builder.options.store, builder.specs, backend=agent.backend, log_dir=log_dir)
     options.update(
         rollouts=rollouts,
         max_grading=graders,
-        grade=make_grade(builder, agent.backend, agent.out / "grading"),
+        grade=grade_with(grader),
     )
     agent.run("collect", len(rows) * rollouts, options, lambda batch: collect(rows, batch))
 

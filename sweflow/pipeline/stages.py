@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sweflow.agent import AgentConfig, AgentLimits, Batch, ModelClient, Trajectory
 from sweflow.agent import stages as agent_stages
-from sweflow.agent.runner import reward_dict
+from sweflow.agent.runner import grade_with
 from sweflow.agent.stages import StageSummary
 from sweflow.envcache.builder import BuildOptions, EnvBuilder, instance_sandbox_spec
 from sweflow.envcache.specs import load_specs
@@ -256,12 +256,9 @@ def collect_trajectories(
     grader = Grader(config.store(), load_specs(config.dataset.specs_path()),
                     backend=config.sandbox.backend, log_dir=out / "grading")  # fmt: skip
 
-    async def grade(instance: Instance, patch: str) -> dict:
-        return reward_dict(await grader.areward(instance, patch))
-
     run, _ = _agent_batch(
         config, models or ModelServers(), out, progress, len(rows) * config.collect.rollouts,
-        rollouts=config.collect.rollouts, grade=grade,
+        rollouts=config.collect.rollouts, grade=grade_with(grader),
     )  # fmt: skip
     summary = run(lambda batch: agent_stages.collect(rows, batch))
     sft = Path(summary.outputs["openai"])
