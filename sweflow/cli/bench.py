@@ -14,6 +14,18 @@ from sweflow.paths import rootfs_cache
 from sweflow.sandbox.rootfs import resolve_base
 
 bench_app = App(help="Benchmarks of the sandbox backends and the pipeline stages.")
+_err = Console(stderr=True)  # progress lines go to stderr, so --json keeps stdout clean
+
+
+def _progress(line: str) -> None:
+    _err.print(f"[dim]{line}[/]")
+
+
+def _base_root(base: str) -> Path:
+    """The sandbox base rootfs (built on first use, its progress on stderr)."""
+    return resolve_base(
+        base, rootfs_cache(), progress=lambda line: _err.print(line, highlight=False)
+    )
 
 
 def _emit(report: dict, json_out: bool) -> None:
@@ -36,13 +48,8 @@ def bench_sandbox(
     """open+exec+close latency, exec overhead, idle memory and leaks: local vs docker."""
     from sweflow.bench.sandbox import run
 
-    err = Console(stderr=True)
-    root = resolve_base(
-        base, rootfs_cache(), progress=lambda line: err.print(line, highlight=False)
-    )
-    report = run(
-        root, quick=quick, docker=docker, progress=lambda line: err.print(f"[dim]{line}[/]")
-    )
+    root = _base_root(base)
+    report = run(root, quick=quick, docker=docker, progress=_progress)
     _emit(report, json_out)
 
 
@@ -69,13 +76,12 @@ def bench_envprep(
 
     rows = load_dataset_rows(dataset, None, None)
     builder = make_builder(dataset, specs, store, repo_mirror, None, None, None, wheelhouse, 2)
-    err = Console(stderr=True)
     report = run(
         builder,
         rows,
         quick=quick,
         docker=docker,
-        progress=lambda line: err.print(f"[dim]{line}[/]"),
+        progress=_progress,
     )
     _emit(report, json_out)
 
@@ -90,15 +96,12 @@ def bench_agent(
     """Agent overhead per step and rollouts/min at concurrency 1, 8, 32 (fixed-latency model)."""
     from sweflow.bench.agent import run
 
-    err = Console(stderr=True)
-    root = resolve_base(
-        base, rootfs_cache(), progress=lambda line: err.print(line, highlight=False)
-    )
+    root = _base_root(base)
     report = run(
         root,
         quick=quick,
         latency_s=latency_ms / 1000,
-        progress=lambda line: err.print(f"[dim]{line}[/]"),
+        progress=_progress,
     )
     _emit(report, json_out)
 
@@ -131,13 +134,12 @@ def bench_reward(
     from sweflow.grading.dataset import GradingData
 
     data = GradingData.load(dataset, store, wheelhouse, specs, repo_mirror)
-    err = Console(stderr=True)
     report = run(
         data,
         quick=quick,
         limit=limit,
         docker=docker,
         harness=harness,
-        progress=lambda line: err.print(f"[dim]{line}[/]"),
+        progress=_progress,
     )
     _emit(report, json_out)
