@@ -18,6 +18,7 @@ reverted from a one-hunk fix).
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,14 @@ BREAK_LINE = 'raise ImportError("broken on purpose by sweflow.grading.variants")
 
 ReadFile = Callable[[str], str]  # a repository-relative path -> its text at base_commit
 Maker = Callable[[Instance, ReadFile, list[Instance]], str | None]  # instance, read, peers
+
+
+def _file_diff(path: str, old: str, new: str) -> str:
+    """A git-style diff of one file's text."""
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+    )
+    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
 
 
 def revert_hunk(instance: Instance, read: ReadFile, peers: list[Instance]) -> str | None:
@@ -53,9 +62,8 @@ def break_import(instance: Instance, read: ReadFile, peers: list[Instance]) -> s
     """A raise at the top of the first Python source file the gold patch modifies."""
     for f in PatchSet(instance.patch):
         if f.path.endswith(".py") and f.is_modified_file and not is_test_path(f.path):
-            old = read(f.path).splitlines(keepends=True)
-            body = difflib.unified_diff(old, [BREAK_LINE, *old], f"a/{f.path}", f"b/{f.path}")
-            return f"diff --git a/{f.path} b/{f.path}\n" + "".join(body)
+            old = read(f.path)
+            return _file_diff(f.path, old, BREAK_LINE + old)
     return None
 
 
@@ -93,6 +101,7 @@ def _edit(files: dict[str, str], patch: str, reverse: bool) -> bool:
 def other_bug(instance: Instance, read: ReadFile, peers: list[Instance]) -> str | None:
     """The gold fix and, undone, the fix of the first peer of the same repository whose bug
     fits this base: one diff per file, made from the edited texts."""
+    read = functools.cache(read)  # the same files are read for every peer tried
     touched = {f.path for f in PatchSet(instance.patch) if not f.is_added_file}
     for peer in peers:
         if peer.repo != instance.repo or peer.instance_id == instance.instance_id:
@@ -104,19 +113,8 @@ def other_bug(instance: Instance, read: ReadFile, peers: list[Instance]) -> str 
             continue
         files = dict(base)
         if _edit(files, instance.patch, reverse=False) and _edit(files, peer.patch, reverse=True):
-            return "".join(
-                f"diff --git a/{path} b/{path}\n"
-                + "".join(
-                    difflib.unified_diff(
-                        base[path].splitlines(keepends=True),
-                        files[path].splitlines(keepends=True),
-                        f"a/{path}",
-                        f"b/{path}",
-                    )
-                )  # fmt: skip
-                for path in sorted(paths)
-                if files[path] != base[path]
-            )
+            changed = [path for path in sorted(paths) if files[path] != base[path]]
+            return "".join(_file_diff(path, base[path], files[path]) for path in changed)
     return None
 
 
