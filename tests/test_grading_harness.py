@@ -24,15 +24,12 @@ from sweflow.grading import Grader
 from sweflow.grading.evaluate import evaluate
 from sweflow.grading.harness import (
     agreement_table,
-    export_instance_image,
-    harness_image_name,
-    harness_rows,
+    harness_dataset,
     reports,
     run_harness,
     verdicts,
 )
 from sweflow.grading.variants import variant_predictions
-from sweflow.instances import write_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(3600)]
 
@@ -51,12 +48,8 @@ def test_sweflow_agrees_with_the_official_harness(
     grading_data = grading_dataset(source)
     instances = grading_data.sample(int(os.environ.get("SWEFLOW_XCHECK_LIMIT", default_limit)))
     store, specs = grading_data.store, grading_data.specs
-    for i in instances:
-        export_instance_image(dockerd, grading_data.builder.store, i.instance_id,
-                              harness_image_name(i.instance_id))  # fmt: skip
     local = Grader(store, specs)
-    dataset = tmp_path / "harness-dataset.jsonl"
-    write_jsonl(harness_rows(local, instances), dataset)
+    dataset = harness_dataset(dockerd, local, instances, tmp_path / "harness-dataset.jsonl")
     made = variant_predictions(store, instances)  # revert_hunk fits no one-hunk fix: dropped
     predictions = {variant: preds for variant, preds in made.items() if preds}
     host = os.environ["DOCKER_HOST"]

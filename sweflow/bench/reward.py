@@ -129,25 +129,14 @@ def _bare(data, grader, by_id, preds, reps, progress) -> tuple[list[float], list
 def _harness(data, grader, preds_by_kind, root: Path, progress) -> list[float]:
     import docker
 
-    from sweflow.grading.harness import (
-        export_instance_image,
-        harness_image_name,
-        harness_rows,
-        instance_seconds,
-        run_harness,
-    )
-    from sweflow.instances import write_jsonl
+    from sweflow.grading.harness import harness_dataset, instance_seconds, run_harness
     from sweflow.sandbox.dockerd import docker_daemon
 
     instances = [i for i in data.instances if any(p.instance_id == i.instance_id
                                                   for p in preds_by_kind["gold"])]  # fmt: skip
     with docker_daemon() as host:
         client = docker.DockerClient(base_url=host)
-        for i in instances:
-            export_instance_image(client, data.builder.store, i.instance_id,
-                                  harness_image_name(i.instance_id))  # fmt: skip
-        dataset = root / "harness-dataset.jsonl"
-        write_jsonl(harness_rows(grader, instances), dataset)
+        dataset = harness_dataset(client, grader, instances, root / "harness-dataset.jsonl")
         samples = []
         for kind, preds in preds_by_kind.items():
             run = run_harness(dataset, preds, f"bench-{kind}", root, docker_host=host,

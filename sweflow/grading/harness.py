@@ -80,6 +80,17 @@ def harness_rows(grader: Grader, instances: list[Instance]) -> list[Instance]:
     ]
 
 
+def harness_dataset(client, grader: Grader, instances: list[Instance], path: Path) -> Path:
+    """Everything the harness needs to grade ``instances``: an image of each instance's layers,
+    named as its ``image``, and the rows written to ``path`` (JSONL)."""
+    from sweflow.instances import write_jsonl
+
+    for i in instances:
+        name = harness_image_name(i.instance_id)
+        export_instance_image(client, grader.store, i.instance_id, name)
+    return write_jsonl(harness_rows(grader, instances), path)
+
+
 @dataclass
 class HarnessRun:
     root: Path
