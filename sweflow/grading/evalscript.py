@@ -39,11 +39,8 @@ def patch_files(patch: str) -> list[str]:
     return files
 
 
-def make_eval_script(
-    instance: Instance, spec: EnvSpec, activate: str = "", repo_dir: str = REPO_DIR
-) -> str:
-    """The instance's eval script: its own when it has one, else built from ``spec``, for the
-    repository at ``repo_dir`` (/testbed; the reward benchmark runs it on a host checkout)."""
+def make_eval_script(instance: Instance, spec: EnvSpec, activate: str = "") -> str:
+    """The instance's eval script: its own when it has one, else built from ``spec``."""
     if instance.eval_script:
         return instance.eval_script
     test_files = patch_files(instance.test_patch) if instance.test_patch else []
@@ -53,7 +50,7 @@ def make_eval_script(
         "#!/bin/bash",
         "set -uxo pipefail",
         *([activate] if activate else []),
-        f"cd {repo_dir}",
+        f"cd {REPO_DIR}",
         *spec.eval_commands,
         reset,
     ]
