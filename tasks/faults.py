@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sweflow.errors import InfrastructureError
 
-class InjectedFault(RuntimeError):
-    """An infrastructure-like failure on request (a RuntimeError: retry policies treat it so)."""
+
+class InjectedFault(InfrastructureError):
+    """An infrastructure failure on request: retry policies treat it as one."""
 
 
 def maybe_fail(stage: str, run_dir: Path) -> None:

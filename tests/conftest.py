@@ -96,20 +96,26 @@ def sandbox_spec(bookworm_rootfs: Path):
 
 
 @pytest.fixture
-def open_local():
-    """``open_local(spec)`` opens a local sandbox; whatever the test leaves open is closed."""
+def open_backend():
+    """``open_backend(spec, backend)`` opens a sandbox; whatever the test leaves open is closed."""
     from sweflow.sandbox import open_sandbox
 
     opened = []
 
-    def _open(spec):
-        sb = open_sandbox(spec, "local")
+    def _open(spec, backend: str):
+        sb = open_sandbox(spec, backend)
         opened.append(sb)
         return sb
 
     yield _open
     for sb in opened:
         sb.close()
+
+
+@pytest.fixture
+def open_local(open_backend):
+    """``open_local(spec)`` opens a local sandbox; whatever the test leaves open is closed."""
+    return lambda spec: open_backend(spec, "local")
 
 
 @pytest.fixture
@@ -171,7 +177,7 @@ def dockerd():
     except ImportError:
         pytest.skip("the docker SDK is not installed (pip install 'sweflow[test]')")
     from sweflow.sandbox.base import SandboxError
-    from sweflow.sandbox.dockerd import docker_daemon
+    from sweflow.sandbox.docker.daemon import docker_daemon
 
     with contextlib.ExitStack() as stack:
         try:

@@ -15,7 +15,7 @@ from sweflow.sandbox.local import hostroot
 from sweflow.sandbox.local.backend import state_dir
 from sweflow.sandbox.local.gc import collect_garbage
 from sweflow.sandbox.local.leaks import leftovers
-from sweflow.sandbox.local.procs import running
+from sweflow.sandbox.procs import running
 
 OWNER_SCRIPT = """
 import json, sys, time

@@ -12,7 +12,7 @@ import shlex
 from typing import Any
 
 from sweflow.errors import SweflowError
-from sweflow.sandbox import Sandbox, SandboxError
+from sweflow.sandbox import Sandbox, SandboxFileError
 
 SNIPPET_LINES = 4  # context shown around an edit
 COMMANDS = ("view", "create", "str_replace", "insert")
@@ -55,14 +55,14 @@ def _text(args: dict[str, Any], key: str) -> str:
 async def _read(sandbox: Sandbox, path: str) -> str:
     try:
         return (await sandbox.aread(path)).decode("utf-8", errors="replace")
-    except SandboxError as exc:
+    except SandboxFileError as exc:
         raise ToolError(str(exc).replace(" in the sandbox", "")) from None
 
 
 async def _write(sandbox: Sandbox, path: str, text: str) -> None:
     try:
         await sandbox.awrite(path, text)
-    except SandboxError as exc:
+    except SandboxFileError as exc:
         raise ToolError(str(exc).replace(" in the sandbox", "")) from None
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, Trajectory
 from sweflow.agent.scripted import scripted_endpoint, tool_turn
+from sweflow.bench import BenchError
 from sweflow.bench.sandbox import _summary
 from sweflow.instances import Instance
 from sweflow.sandbox import SandboxSpec
@@ -83,7 +84,7 @@ def _cpu_busy() -> tuple[int, int]:
 def _check(trajectories: list[Trajectory]) -> None:
     bad = [t for t in trajectories if t.exit_status != "submitted" or "w * h" not in t.patch]
     if bad:
-        raise RuntimeError(f"{len(bad)} rollouts did not finish as scripted: {bad[0].error}")
+        raise BenchError(f"{len(bad)} rollouts did not finish as scripted: {bad[0].error}")
 
 
 def run(

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sweflow.bench import BenchError
 from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
 from sweflow.instances import Instance
 from sweflow.sandbox import open_sandbox
@@ -46,7 +47,7 @@ def _ready_time(builder: EnvBuilder, instance_id: str, backend: str = "local") -
     finally:
         sandbox.close()
     if not ready:
-        raise RuntimeError(f"{instance_id}: /testbed is not ready in the {backend} sandbox")
+        raise BenchError(f"{instance_id}: /testbed is not ready in the {backend} sandbox")
     return elapsed
 
 
@@ -72,7 +73,7 @@ def _untar_time(tarballs: list[Path], scratch: Path) -> float:
         subprocess.run(["tar", "-xf", str(tarball), "-C", str(dest)], check=True)
     elapsed = time.perf_counter() - start
     if not (dest / "testbed" / ".git").is_dir():
-        raise RuntimeError(f"untar baseline: no repo in {dest}")
+        raise BenchError(f"untar baseline: no repo in {dest}")
     shutil.rmtree(dest)
     return elapsed
 
@@ -106,7 +107,7 @@ def run(
     start = time.perf_counter()
     failed = [r for r in builder.build(instances) if r.status == "error"]
     if failed:
-        raise RuntimeError(f"{len(failed)} instance(s) failed to build: {failed[0].error}")
+        raise BenchError(f"{len(failed)} instance(s) failed to build: {failed[0].error}")
     report: dict[str, Any] = {"instances": len(ids), "quick": quick}
     report["build_s"] = round(time.perf_counter() - start, 3)
     many = _copies(instances, 10 if quick else 50)
@@ -138,7 +139,7 @@ def run(
     )
     if docker:
         from sweflow.sandbox.docker import docker_client, image_tag
-        from sweflow.sandbox.dockerd import docker_daemon
+        from sweflow.sandbox.docker.daemon import docker_daemon
 
         with docker_daemon():
             progress("baseline: docker container from an image of the same layers")

@@ -130,7 +130,7 @@ def _harness(data, grader, preds_by_kind, root: Path, progress) -> list[float]:
     import docker
 
     from sweflow.grading.harness import harness_dataset, instance_seconds, run_harness
-    from sweflow.sandbox.dockerd import docker_daemon
+    from sweflow.sandbox.docker.daemon import docker_daemon
 
     instances = [i for i in data.instances if any(p.instance_id == i.instance_id
                                                   for p in preds_by_kind["gold"])]  # fmt: skip
@@ -176,7 +176,7 @@ def run(
     )
     with contextlib.ExitStack() as stack:
         if docker or harness:
-            from sweflow.sandbox.dockerd import docker_daemon
+            from sweflow.sandbox.docker.daemon import docker_daemon
 
             stack.enter_context(docker_daemon())
         if docker:

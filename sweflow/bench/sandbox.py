@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sweflow.bench import BenchError
 from sweflow.sandbox import Limits, SandboxSpec, open_sandbox
 from sweflow.sandbox.local import LocalSandbox
 from sweflow.sandbox.local.leaks import leftovers
@@ -44,7 +45,7 @@ def cycle_times(spec: SandboxSpec, backend: str, n: int) -> list[float]:
         result = sandbox.exec("true")
         sandbox.close()
         if not result.ok:
-            raise RuntimeError(f"{backend}: exec(true) failed: {result.output}")
+            raise BenchError(f"{backend}: exec(true) failed: {result.output}")
 
     cycle()  # warm-up: builds the init / image once
     return [_timed(cycle) for _ in range(n)]
@@ -123,7 +124,7 @@ def run(
     local.update(idle_memory(spec, n_idle))
     report["local"] = local
     if docker:
-        from sweflow.sandbox.dockerd import docker_daemon
+        from sweflow.sandbox.docker.daemon import docker_daemon
 
         with docker_daemon():
             progress(f"docker: {n_docker} open+exec+close cycles")

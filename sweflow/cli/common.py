@@ -15,7 +15,8 @@ from rich.markup import escape
 
 from sweflow.errors import SweflowError
 from sweflow.paths import rootfs_cache
-from sweflow.sandbox import SandboxSpec
+from sweflow.sandbox import DEFAULT_BACKEND, SandboxSpec, backends_help
+from sweflow.sandbox.backends import check_backend_name
 from sweflow.sandbox.rootfs import resolve_base
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -122,7 +123,23 @@ LayerOption = typer.Option(
     [], "--layer", "-l", help="Extra read-only layer directory (lowest first)."
 )
 WorkdirOption = typer.Option("/", "--workdir", "-w", help="Working directory inside.")
-BackendOption = typer.Option("local", "--backend", "-b", help="Sandbox backend: local or docker.")
+
+
+def _known_backend(value: str) -> str:
+    """--backend's check before any work: a registered name or a dotted class path."""
+    try:
+        return check_backend_name(value)
+    except SweflowError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+BackendOption = typer.Option(
+    DEFAULT_BACKEND,
+    "--backend",
+    "-b",
+    help=f"Sandbox backend: {backends_help()}.",
+    callback=_known_backend,
+)
 
 
 def spec_from_options(base: str, layers: list[Path], workdir: str, network: bool) -> SandboxSpec:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sweflow.cli.common import (
@@ -18,9 +19,9 @@ from sweflow.cli.common import (
     console,
     spec_from_options,
 )
-from sweflow.sandbox import open_sandbox
+from sweflow.sandbox import BACKENDS, SandboxStartError, backend_class, open_sandbox
 
-sandbox_app = App(help="Open, use and clean up sandboxes (local, docker backends).")
+sandbox_app = App(help="Open, use and clean up sandboxes.")
 
 
 @sandbox_app.command("run")
@@ -60,21 +61,31 @@ def sandbox_shell(
 
 @sandbox_app.command("gc")
 def sandbox_gc(
-    docker: bool = typer.Option(False, help="Also remove leftover sweflow docker containers."),
+    backend: list[str] = typer.Option(
+        [], "--backend", "-b", help="Only these backends (repeat the option); default: all."
+    ),
 ) -> None:
-    """Remove what crashed sandboxes left behind: directories, cgroups, mounts, containers."""
-    from sweflow.sandbox.local.gc import collect_garbage
+    """Remove what crashed sandboxes left behind: directories, cgroups, mounts, containers.
 
-    report = collect_garbage()
+    Every registered backend is asked; one whose service does not answer (no docker daemon) is
+    reported as skipped, unless it was named with --backend.
+    """
+    names = backend or list(BACKENDS)
     table = Table(title="sandbox gc")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    table.add_row("live sandboxes kept", str(len(report.live)))
-    table.add_row("directories removed", str(len(report.removed_dirs)))
-    table.add_row("cgroups removed", str(len(report.removed_cgroups)))
-    table.add_row("mounts removed", str(len(report.unmounted)))
-    if docker:
-        from sweflow.sandbox.docker import remove_leftover_containers
-
-        table.add_row("containers removed", str(len(remove_leftover_containers())))
+    for column in ("backend", "what", "count"):
+        table.add_column(column, justify="right" if column == "count" else "left")
+    skipped = []
+    for name in names:
+        try:
+            counts = backend_class(name).collect_garbage()
+        except SandboxStartError as exc:
+            if backend:
+                raise
+            table.add_row(name, "skipped: not reachable", "")
+            skipped.append(f"{name}: {exc}")
+            continue
+        for what, count in counts.items():
+            table.add_row(name, what, str(count))
     console.print(table)
+    for line in skipped:
+        console.print(f"[dim]{escape(line)}[/]")

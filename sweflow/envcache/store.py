@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sweflow.envcache import packing
 from sweflow.envcache.packing import ImageFormat, PackingError
 from sweflow.errors import SweflowError
-from sweflow.sandbox.local.procs import running, start_ticks
+from sweflow.sandbox.procs import running, start_ticks
 from sweflow.sandbox.rootfs import MARKER
 
 LayerKind = Literal["base", "python", "env", "instance"]

@@ -23,7 +23,7 @@ from sweflow.envcache.specs import EnvSpec, test_command
 from sweflow.grading.apply import REPO_DIR, apply_patch
 from sweflow.grading.runlog import RunLog
 from sweflow.instances import Instance
-from sweflow.sandbox import SandboxError
+from sweflow.sandbox import SandboxFileError
 
 HEREDOC = "EOF_SWEFLOW_114329324912"
 DEFAULT_LOG_PARSER = "parse_log_pytest"
@@ -112,7 +112,7 @@ def run_eval_script(sandbox, spec: TestSpec, log_path: Path, timeout: float) -> 
     result = sandbox.exec(f"/bin/bash {EVAL_SCRIPT_PATH} >{TEST_OUTPUT_PATH} 2>&1", timeout=timeout)
     try:
         text = sandbox.read(TEST_OUTPUT_PATH).decode(errors="replace")
-    except SandboxError:
+    except SandboxFileError:
         text = result.output
     if result.timed_out:
         text += f"\n\nTimeout error: {timeout} seconds exceeded."

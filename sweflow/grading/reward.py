@@ -33,7 +33,7 @@ from swebench.harness.constants import (
 from swebench.harness.grading import get_eval_report
 
 from sweflow.envcache.specs import SpecTable
-from sweflow.errors import SweflowError
+from sweflow.errors import SweflowError, is_infrastructure
 from sweflow.grading.apply import REPO_DIR, apply_patch
 from sweflow.grading.evalscript import make_eval_script, run_eval_script, test_spec_for
 from sweflow.grading.patches import edited_tests, failure_kind, is_empty
@@ -60,6 +60,9 @@ class RewardResult:
     error. ``report`` is swebench's per-instance report entry (empty when the harness would
     write no report.json: the patch was not run, did not apply, or the tests timed out).
     ``log_path`` is the directory of this call's harness files (None without a log directory).
+    ``infrastructure`` marks an ``error`` that was the machinery's (the sandbox would not start
+    or died, a connection dropped), not the patch's: the harness reports such an instance as an
+    error too, but a reward must not count it as 0 (RL drops it; a retry may grade it).
     """
 
     instance_id: str
@@ -73,6 +76,7 @@ class RewardResult:
     duration_s: float
     log_path: str | None
     report: dict = field(default_factory=dict)
+    infrastructure: bool = False
 
 
 class Grader:
@@ -128,7 +132,8 @@ class Grader:
             return self._run(instance, patch, sandbox_spec, test_spec, out, log, verdict, model)
         except Exception as exc:  # a sandbox failure is one unresolved call, not a crash
             log.error(f"Error in evaluating model for {instance.instance_id}: {exc!r}")
-            return verdict.unresolved("error", f"{type(exc).__name__}: {exc}", out)
+            why = f"{type(exc).__name__}: {exc}"
+            return verdict.unresolved("error", why, out, infrastructure=is_infrastructure(exc))
         finally:
             log.close()
 
@@ -205,7 +210,9 @@ class _Verdict:
         self.instance = instance
         self.start = start
 
-    def _result(self, resolved, f2p, p2p, status, reason, out, report) -> RewardResult:
+    def _result(
+        self, resolved, f2p, p2p, status, reason, out, report, infrastructure=False
+    ) -> RewardResult:
         i = self.instance
         return RewardResult(
             instance_id=i.instance_id,
@@ -219,10 +226,13 @@ class _Verdict:
             duration_s=round(time.monotonic() - self.start, 4),
             log_path=str(out) if out else None,
             report=report,
+            infrastructure=infrastructure,
         )
 
-    def unresolved(self, status: str, reason: str, out: Path | None) -> RewardResult:
-        return self._result(False, 0, 0, status, reason, out, {})
+    def unresolved(
+        self, status: str, reason: str, out: Path | None, *, infrastructure: bool = False
+    ) -> RewardResult:
+        return self._result(False, 0, 0, status, reason, out, {}, infrastructure)
 
     def graded(self, entry: dict, out: Path | None) -> RewardResult:
         tests = entry.get("tests_status", {})

@@ -27,7 +27,7 @@ from unidiff import PatchSet
 from sweflow.grading.patches import is_test_path
 from sweflow.grading.predictions import Prediction
 from sweflow.instances import Instance
-from sweflow.sandbox.base import SandboxError
+from sweflow.sandbox import SandboxFileError
 
 MALFORMED = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1,3 +1,3 @@ oops\n-a\n+b\n"
 BREAK_LINE = 'raise ImportError("broken on purpose by sweflow.grading.variants")\n'
@@ -109,7 +109,7 @@ def other_bug(instance: Instance, read: ReadFile, peers: list[Instance]) -> str 
         paths = touched | {f.path for f in PatchSet(peer.patch) if not f.is_added_file}
         try:
             base = {path: read(path) for path in sorted(paths)}
-        except (SandboxError, UnicodeDecodeError):  # not in this version of the repository
+        except (SandboxFileError, UnicodeDecodeError):  # not in this version of the repository
             continue
         files = dict(base)
         if _edit(files, instance.patch, reverse=False) and _edit(files, peer.patch, reverse=True):

@@ -12,12 +12,32 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import TracebackType
 
-from sweflow.errors import SweflowError
+from sweflow.errors import ConfigError, InfrastructureError, SweflowError
 from sweflow.sandbox.spec import SandboxSpec
 
 
 class SandboxError(SweflowError):
-    """A sandbox could not be opened or used (the message says what is missing)."""
+    """A sandbox could not be opened or used (the message says what is missing).
+
+    Raised as one of its subclasses, which tell a caller whether to retry.
+    """
+
+
+class SandboxConfigError(SandboxError, ConfigError):
+    """The spec, the backend or a call's arguments cannot work here: retrying changes nothing."""
+
+
+class SandboxFileError(SandboxError):
+    """A read or write of one path failed (missing, not a regular file, too large): the caller's
+    business (the agent's editor shows it to the model), not a fault of the sandbox."""
+
+
+class SandboxStartError(SandboxError, InfrastructureError):
+    """The sandbox would not start (init failed, daemon unreachable, no answer in time)."""
+
+
+class SandboxCrashError(SandboxError, InfrastructureError):
+    """The sandbox died, was closed or lost its shell while in use."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +68,7 @@ def wrap_command(cmd: str, cwd: str | None, env: dict[str, str] | None) -> str:
         parts.append(f"cd -- {shlex.quote(cwd)} || exit 1")
     for key, value in (env or {}).items():
         if not key.isidentifier():
-            raise SandboxError(f"invalid environment variable name {key!r}")
+            raise SandboxConfigError(f"invalid environment variable name {key!r}")
         parts.append(f"export {key}={shlex.quote(value)}")
     parts.append(f"eval {shlex.quote(cmd)}")
     return "(" + "\n".join(parts) + "\n)"
@@ -130,9 +150,18 @@ class Sandbox(ABC):
     def close(self) -> None:
         """Tear down everything the sandbox made; safe to call twice."""
 
+    @classmethod
+    def collect_garbage(cls) -> dict[str, int]:
+        """Remove what this backend's crashed owners left behind; returns {what: count}.
+
+        ``sweflow sandbox gc`` calls it on every registered backend. Live sandboxes (of this or
+        another process) are never touched. A backend that leaves nothing keeps this default.
+        """
+        return {}
+
     def terminal(self) -> int:
         """Run an interactive shell inside on the caller's terminal; returns its exit status."""
-        raise SandboxError(f"{type(self).__name__} has no interactive terminal")
+        raise SandboxConfigError(f"{type(self).__name__} has no interactive terminal")
 
     def diff(self) -> str:
         """Unified git diff of the workdir repository against ``spec.repo_base``.
@@ -147,7 +176,7 @@ class Sandbox(ABC):
     def _checked(self, cmd: str, what: str) -> str:
         result = self.exec(cmd, max_output=DIFF_MAX_BYTES)
         if not result.ok:
-            raise SandboxError(f"{what} in {self.spec.workdir} failed: {result.output[-2000:]}")
+            raise SandboxFileError(f"{what} in {self.spec.workdir} failed: {result.output[-2000:]}")
         return result.output
 
     # -- context manager and asyncio -------------------------------------------------------

@@ -13,7 +13,7 @@ import os
 import re
 import time
 
-from sweflow.sandbox.base import ExecResult, SandboxError, wrap_command
+from sweflow.sandbox.base import ExecResult, SandboxConfigError, wrap_command
 from sweflow.sandbox.spec import Limits
 
 STATE_FILE = "/dev/shm/.sweflow-shell-state"
@@ -44,7 +44,7 @@ def new_command_id() -> str:
 
 def encode_command(command_id: str, cmd: str) -> bytes:
     if "\0" in cmd:
-        raise SandboxError("command contains a NUL byte, which a shell cannot receive")
+        raise SandboxConfigError("command contains a NUL byte, which a shell cannot receive")
     return command_id.encode() + b"\0" + cmd.encode("utf-8", "surrogateescape") + b"\0"
 
 

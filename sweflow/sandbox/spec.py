@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -75,6 +75,20 @@ class SandboxSpec(BaseModel):
         if not value.startswith("/"):
             raise ValueError(f"workdir must be absolute, got {value!r}")
         return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [key for key in value if not key.isidentifier()]
+        if bad:
+            raise ValueError(f"invalid environment variable name(s): {', '.join(map(repr, bad))}")
+        return value
+
+    @model_validator(mode="after")
+    def _disk_upper_has_a_place(self) -> SandboxSpec:
+        if self.upper == "disk" and self.upper_dir is None:
+            raise ValueError("upper='disk' needs upper_dir (where the writable layer is kept)")
+        return self
 
     def shell_env(self) -> dict[str, str]:
         """The environment the sandbox's shell starts with: sane defaults, then the spec's."""

@@ -19,17 +19,19 @@ import time
 import uuid
 from pathlib import Path
 
-from sweflow.sandbox.base import TIMEOUT_EXIT_CODE, ExecResult, Sandbox, SandboxError
+from sweflow.sandbox.base import (
+    TIMEOUT_EXIT_CODE,
+    ExecResult,
+    Sandbox,
+    SandboxConfigError,
+    SandboxCrashError,
+    SandboxStartError,
+)
 from sweflow.sandbox.local import fsaccess, hostroot
 from sweflow.sandbox.local.build import nsinit_path
 from sweflow.sandbox.local.cgroups import SandboxCgroups
-from sweflow.sandbox.local.procs import (
-    host_pid_of,
-    kill_started_since,
-    now_ticks,
-    start_ticks,
-    started_since,
-)
+from sweflow.sandbox.local.procs import host_pid_of, kill_started_since, started_since
+from sweflow.sandbox.procs import now_ticks, start_ticks
 from sweflow.sandbox.shell import (
     SHELL_ARGV,
     SHELL_ENV,
@@ -77,12 +79,25 @@ class LocalSandbox(Sandbox):
             self.close()
             raise
 
+    @classmethod
+    def collect_garbage(cls) -> dict[str, int]:
+        """Remove the directories, cgroups and mounts of sandboxes whose keeper is gone."""
+        from sweflow.sandbox.local.gc import collect_garbage
+
+        report = collect_garbage()
+        return {
+            "live sandboxes kept": len(report.live),
+            "directories removed": len(report.removed_dirs),
+            "cgroups removed": len(report.removed_cgroups),
+            "mounts removed": len(report.unmounted),
+        }
+
     # -- lifecycle ------------------------------------------------------------------------
     def _start(self) -> None:
         spec = self.spec
         for layer in spec.layers:
             if not layer.is_dir():
-                raise SandboxError(f"layer {layer} is not a directory")
+                raise SandboxConfigError(f"layer {layer} is not a directory")
         self.dir.mkdir(parents=True)
         (self.dir / "merged").mkdir()
         argv = [str(nsinit_path()), "--sbdir", str(self.dir), "--workdir", spec.workdir]
@@ -96,8 +111,7 @@ class LocalSandbox(Sandbox):
             else:
                 argv += ["--lower", str(layer.resolve())]
         if spec.upper == "disk":
-            if spec.upper_dir is None:
-                raise SandboxError("upper='disk' needs upper_dir")
+            assert spec.upper_dir is not None  # SandboxSpec checks it
             upper = spec.upper_dir.resolve()
             upper.mkdir(parents=True, exist_ok=True)
             self._work_dir = upper.parent / f".{upper.name}.work-{self.id}"
@@ -163,12 +177,16 @@ class LocalSandbox(Sandbox):
                 continue
             left = deadline - time.monotonic()
             if left <= 0:
-                raise SandboxError(f"sandbox {self.id} did not report {word!r} within {timeout} s")
+                raise SandboxStartError(
+                    f"sandbox {self.id} did not report {word!r} within {timeout} s"
+                )
             for fd, _ in self._poll.poll(left * 1000):
                 if fd == self._ctl:
                     data = os.read(self._ctl, 4096)
                     if not data:
-                        raise SandboxError(f"sandbox failed to start: {self._drain_text().strip()}")
+                        raise SandboxStartError(
+                            f"sandbox failed to start: {self._drain_text().strip()}"
+                        )
                     self._ctl_buf += data
 
     def _drain_text(self) -> str:
@@ -230,7 +248,7 @@ class LocalSandbox(Sandbox):
         scanner = command.scanner
         with self._lock:
             if self._closed:
-                raise SandboxError(f"sandbox {self.id} is closed")
+                raise SandboxCrashError(f"sandbox {self.id} is closed")
             tick = now_ticks()
             # an earlier command's background job may share this clock tick: it is not ours to kill
             spare = started_since(self.init_pid, tick)
@@ -255,7 +273,7 @@ class LocalSandbox(Sandbox):
         try:
             self._proc.stdin.write(payload)  # type: ignore[union-attr]
         except BrokenPipeError as exc:
-            raise SandboxError(f"sandbox {self.id} is gone (its init exited)") from exc
+            raise SandboxCrashError(f"sandbox {self.id} is gone (its init exited)") from exc
 
     def _collect(self, scanner: MarkerScanner, deadline: float | None) -> int | None:
         """Read output until the marker (exit code), the shell's death, or the deadline (None)."""
@@ -296,10 +314,10 @@ class LocalSandbox(Sandbox):
             total += len(data)
         return b"".join(chunks)
 
-    def _gone(self, detail: str) -> SandboxError:
+    def _gone(self, detail: str) -> SandboxCrashError:
         if self._closed:
-            return SandboxError(f"sandbox {self.id} was closed while a command ran")
-        return SandboxError(f"sandbox {self.id} died (its init exited) {detail}".strip())
+            return SandboxCrashError(f"sandbox {self.id} was closed while a command ran")
+        return SandboxCrashError(f"sandbox {self.id} died (its init exited) {detail}".strip())
 
     def _shell_exit_code(self) -> int | None:
         """Consume an ``exit CODE NEWPID`` control line (the shell died and was respawned)."""
@@ -347,7 +365,7 @@ class LocalSandbox(Sandbox):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise SandboxError(f"sandbox {self.id} is closed")
+            raise SandboxCrashError(f"sandbox {self.id} is closed")
 
 
 def _kill(pid: int) -> None:

@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from sweflow.paths import cache_root
-from sweflow.sandbox.base import SandboxError
+from sweflow.sandbox.base import SandboxConfigError
 
 SOURCE = Path(__file__).with_name("nsinit.c")
 
@@ -26,7 +26,7 @@ def nsinit_path() -> Path:
         return target
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
-        raise SandboxError(
+        raise SandboxConfigError(
             "the local sandbox needs a C compiler once, to build its init: "
             "apt-get install gcc libc6-dev"
         )
@@ -42,6 +42,8 @@ def nsinit_path() -> Path:
             text=True,
         )
         if proc.returncode != 0:
-            raise SandboxError(f"building {SOURCE.name} with {compiler} failed:\n{proc.stderr}")
+            raise SandboxConfigError(
+                f"building {SOURCE.name} with {compiler} failed:\n{proc.stderr}"
+            )
         os.replace(tmp, target)
     return target

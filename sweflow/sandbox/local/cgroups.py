@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from sweflow.sandbox.base import SandboxError
+from sweflow.sandbox.base import SandboxConfigError, SandboxCrashError
 from sweflow.sandbox.spec import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -67,7 +67,7 @@ class SandboxCgroups:
         available = hierarchies()
         missing = [name for name in wanted if name not in available]
         if missing:
-            raise SandboxError(
+            raise SandboxConfigError(
                 f"cgroup controller(s) {', '.join(missing)} not available: mount them, or set "
                 f"limits {', '.join(_limit_field(m) for m in missing)} to None"
             )
@@ -81,7 +81,7 @@ class SandboxCgroups:
                 _apply(available[name].version, directory, name, value)
         except PermissionError as exc:
             self.remove()
-            raise SandboxError(
+            raise SandboxConfigError(
                 f"cannot create cgroups under {exc.filename}: run as root, use a delegated "
                 "cgroup, or set limits memory_bytes/pids/cpus to None"
             ) from exc
@@ -162,4 +162,4 @@ def kill_and_remove(directory: Path) -> None:
             if exc.errno != errno.EBUSY:
                 raise
             time.sleep(0.01)
-    raise SandboxError(f"cgroup {directory} stays busy after killing its processes")
+    raise SandboxCrashError(f"cgroup {directory} stays busy after killing its processes")

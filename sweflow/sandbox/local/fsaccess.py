@@ -11,7 +11,7 @@ import ctypes
 import os
 import stat
 
-from sweflow.sandbox.base import SandboxError
+from sweflow.sandbox.base import SandboxConfigError, SandboxFileError
 
 _SYS_OPENAT2 = 437
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -41,7 +41,7 @@ def _openat2(dirfd: int, path: str, flags: int, mode: int = 0) -> int:
 
 def _relative(path: str) -> str:
     if not path.startswith("/"):
-        raise SandboxError(f"sandbox paths must be absolute, got {path!r}")
+        raise SandboxConfigError(f"sandbox paths must be absolute, got {path!r}")
     return path.lstrip("/") or "."
 
 
@@ -51,15 +51,15 @@ def read_file(root: str, path: str) -> bytes:
     try:
         fd = _openat2(rootfd, _relative(path), os.O_RDONLY)
     except OSError as exc:
-        raise SandboxError(f"cannot read {path} in the sandbox: {exc.strerror}") from exc
+        raise SandboxFileError(f"cannot read {path} in the sandbox: {exc.strerror}") from exc
     finally:
         os.close(rootfd)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise SandboxError(f"cannot read {path} in the sandbox: not a regular file")
+            raise SandboxFileError(f"cannot read {path} in the sandbox: not a regular file")
         if info.st_size > MAX_READ_BYTES:
-            raise SandboxError(f"{path} in the sandbox is larger than {MAX_READ_BYTES} bytes")
+            raise SandboxFileError(f"{path} in the sandbox is larger than {MAX_READ_BYTES} bytes")
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
@@ -73,7 +73,7 @@ def write_file(root: str, path: str, data: bytes) -> None:
     rel = _relative(path)
     parent, _, name = rel.rpartition("/")
     if name in ("", ".", ".."):
-        raise SandboxError(f"cannot write {path} in the sandbox: not a file path")
+        raise SandboxFileError(f"cannot write {path} in the sandbox: not a file path")
     rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         dirfd = _open_dirs(rootfd, parent, path)
@@ -84,7 +84,7 @@ def write_file(root: str, path: str, data: bytes) -> None:
             # as the sandbox's own processes see it (from the parent, an absolute link would not)
             fd = _openat2(rootfd, rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
-            raise SandboxError(f"cannot write {path} in the sandbox: {exc.strerror}") from exc
+            raise SandboxFileError(f"cannot write {path} in the sandbox: {exc.strerror}") from exc
         try:
             view = memoryview(data)
             while view:
@@ -115,7 +115,7 @@ def _open_dirs(rootfd: int, parent: str, path: str) -> int:
                     pass
                 child = _openat2(rootfd, sub, os.O_PATH | os.O_DIRECTORY)
         except OSError as exc:
-            raise SandboxError(f"cannot write {path} in the sandbox: {exc.strerror}") from exc
+            raise SandboxFileError(f"cannot write {path} in the sandbox: {exc.strerror}") from exc
         finally:
             if fd != rootfd:
                 os.close(fd)

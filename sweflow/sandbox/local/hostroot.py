@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from sweflow.sandbox.base import SandboxError
+from sweflow.sandbox.base import SandboxConfigError, SandboxStartError
 from sweflow.sandbox.mounts import mount_points
 from sweflow.sandbox.rootfs import HOST_MASKED_PATHS
 
@@ -29,7 +29,7 @@ def host_root_view() -> Path:
     if str(VIEW) in mount_points():
         return VIEW
     if os.geteuid() != 0:
-        raise SandboxError(
+        raise SandboxConfigError(
             "the host-root layer needs root once, to bind-mount / at "
             f"{VIEW}; use a debootstrap or docker-image base layer instead"
         )
@@ -37,5 +37,5 @@ def host_root_view() -> Path:
     for args in (["--bind", "/", str(VIEW)], ["-o", "remount,bind,ro", str(VIEW)]):
         proc = subprocess.run(["mount", *args], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise SandboxError(f"mount {' '.join(args)} failed: {proc.stderr.strip()}")
+            raise SandboxStartError(f"mount {' '.join(args)} failed: {proc.stderr.strip()}")
     return VIEW

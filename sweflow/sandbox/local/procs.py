@@ -1,4 +1,4 @@
-"""Finding and killing a sandbox's processes from the host, by pid namespace and start time.
+"""Finding and killing a local sandbox's processes from the host, by pid namespace and start time.
 
 A timed-out command must die with everything it started (daemons that re-parented to init
 included) while the shell and earlier background jobs live on: "started since the command began"
@@ -9,38 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+from sweflow.sandbox.procs import running, start_ticks, stat_fields
+
 _KILL_ROUNDS = 200
-
-
-def now_ticks() -> int:
-    """The current time in the unit of /proc/<pid>/stat's start time (ticks since boot)."""
-    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS_PER_S)
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return raw[raw.rindex(b")") + 2 :].decode().split()  # fields from 3 (state) on
-
-
-def start_ticks(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields else None  # field 22: starttime
-
-
-def running(pid: int, started: int | None = None) -> bool:
-    """Whether ``pid`` is a live (not zombie) process, and the same one if ``started`` is given."""
-    fields = _stat_fields(pid)
-    if not fields or fields[0] in ("Z", "X"):
-        return False
-    return started is None or int(fields[19]) == started
 
 
 def members(init_pid: int) -> Iterator[int]:
@@ -101,7 +74,7 @@ def started_since(init_pid: int, tick: int) -> set[int]:
                 continue
             for kid in kids:
                 stack.append(kid)
-                fields = _stat_fields(kid)
+                fields = stat_fields(kid)
                 if fields and fields[0] not in ("Z", "X") and int(fields[19]) >= tick:
                     found.add(kid)
     return found
@@ -120,7 +93,7 @@ def kill_started_since(init_pid: int, tick: int, keep: int, spare: set[int] = fr
         for pid in members(init_pid):
             if pid in (init_pid, keep) or pid in spare:
                 continue
-            fields = _stat_fields(pid)
+            fields = stat_fields(pid)
             if fields and fields[0] != "Z" and int(fields[19]) >= tick:
                 victims.append(pid)
         if not victims:

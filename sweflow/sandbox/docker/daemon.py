@@ -10,7 +10,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -19,7 +18,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from sweflow.paths import cache_root
-from sweflow.sandbox.base import SandboxError
+from sweflow.sandbox.base import SandboxConfigError, SandboxStartError
+from sweflow.sandbox.procs import children_of, running, stop_pid
 
 START_TIMEOUT_S = 60.0
 
@@ -38,43 +38,6 @@ def daemon_answers(host: str | None) -> bool:
         return False
     finally:
         client.close()
-
-
-def _stat(pid: int) -> list[bytes] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-        return raw[raw.rindex(b")") + 2 :].split()
-    except (OSError, ValueError):
-        return None
-
-
-def _children_of(parent: int) -> list[tuple[int, bytes]]:
-    """(pid, start time) of ``parent``'s children: its containerd, should SIGTERM spare it."""
-    found = []
-    for name in os.listdir("/proc"):
-        fields = _stat(int(name)) if name.isdigit() else None
-        if fields and int(fields[1]) == parent:
-            found.append((int(name), fields[19]))
-    return found
-
-
-def stop_pid(pid: int, grace_s: float = 30.0) -> None:
-    """SIGTERM a process we started, wait for it to exit, then SIGKILL it."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        fields = _stat(pid)
-        if fields is None or fields[0] in (b"Z", b"X"):
-            return
-        time.sleep(0.1)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _data_root(stack: ExitStack, preferred: Path) -> Path:
@@ -101,11 +64,11 @@ def docker_daemon(data_root: Path | None = None) -> Iterator[str]:
         (p for p in ("/usr/sbin/dockerd", "/usr/bin/dockerd") if Path(p).exists()), None
     )
     if exe is None:
-        raise SandboxError(
+        raise SandboxConfigError(
             "no docker daemon answers and dockerd is not installed (apt-get install docker.io)"
         )
     if os.geteuid() != 0:
-        raise SandboxError("no docker daemon answers, and starting dockerd needs root")
+        raise SandboxConfigError("no docker daemon answers, and starting dockerd needs root")
     with ExitStack() as stack:
         data = _data_root(stack, data_root or cache_root() / "docker")
         run_dir = Path(tempfile.mkdtemp(prefix="sfdockerd-"))  # short: socket paths are limited
@@ -131,7 +94,7 @@ def docker_daemon(data_root: Path | None = None) -> Iterator[str]:
         while not daemon_answers(host):
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = log_path.read_text(errors="replace")[-3000:]
-                raise SandboxError(
+                raise SandboxStartError(
                     f"dockerd did not start (exit {proc.poll()}); its log ends:\n{tail}"
                 )
             time.sleep(0.25)
@@ -148,10 +111,9 @@ def _restore_env(previous: str | None) -> None:
 
 
 def _stop_daemon(proc: subprocess.Popen[bytes]) -> None:
-    children = _children_of(proc.pid)
+    children = children_of(proc.pid)
     stop_pid(proc.pid)
     proc.wait()
     for pid, started in children:
-        fields = _stat(pid)
-        if fields and fields[19] == started:
-            stop_pid(pid, grace_s=5.0)
+        if running(pid, started):
+            stop_pid(pid, grace_s=5.0, started=started)

@@ -1,0 +1,80 @@
+"""The sandbox backends by name: one table from which the config type, the CLI help and gc derive.
+
+A backend is a :class:`~sweflow.sandbox.base.Sandbox` subclass whose constructor takes a
+:class:`~sweflow.sandbox.spec.SandboxSpec`. Register it here with one line (its module is
+imported only when it is first used), or name it anywhere a backend is asked for by its dotted
+path (``mypackage.sandboxes.MySandbox`` or ``mypackage.sandboxes:MySandbox``), as
+mini-swe-agent does with its environments.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import AfterValidator, WithJsonSchema
+
+from sweflow.sandbox.base import SandboxConfigError
+
+if TYPE_CHECKING:
+    from sweflow.sandbox.base import Sandbox
+
+BACKENDS: dict[str, str] = {
+    "local": "sweflow.sandbox.local:LocalSandbox",
+    "docker": "sweflow.sandbox.docker:DockerSandbox",
+}
+DEFAULT_BACKEND = "local"
+
+
+def backends_help() -> str:
+    """One line for option help: the registered names and the dotted-path form."""
+    return f"{' | '.join(BACKENDS)}, or a dotted path to a Sandbox class"
+
+
+def _split(path: str) -> tuple[str, str]:
+    module, sep, attr = path.partition(":")
+    if not sep:
+        module, _, attr = path.rpartition(".")
+    return module, attr
+
+
+def check_backend_name(name: str) -> str:
+    """``name`` if it is registered or looks like ``module.Class``; imports nothing."""
+    if name in BACKENDS:
+        return name
+    module, attr = _split(name)
+    if not module or not attr.isidentifier():
+        raise SandboxConfigError(
+            f"unknown sandbox backend {name!r}; choose one of {backends_help()}"
+        )
+    return name
+
+
+def backend_class(name: str) -> type[Sandbox]:
+    """The Sandbox class of a registered name or a dotted path, imported now."""
+    from sweflow.sandbox.base import Sandbox
+
+    check_backend_name(name)
+    module_name, attr = _split(BACKENDS.get(name, name))
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise SandboxConfigError(f"sandbox backend {name!r} cannot be imported: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Sandbox)):
+        raise SandboxConfigError(f"sandbox backend {name!r} is not a Sandbox class")
+    return cls
+
+
+def _validate(name: str) -> str:
+    try:
+        return check_backend_name(name)
+    except SandboxConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# The type of a config field that names a backend: the form shows the registered names.
+BackendName = Annotated[
+    str,
+    AfterValidator(_validate),
+    WithJsonSchema({"type": "string", "examples": list(BACKENDS), "description": backends_help()}),
+]

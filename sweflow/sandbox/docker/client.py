@@ -1,0 +1,71 @@
+"""The docker daemon as the docker backend sees it: a client, and who owns which container.
+
+Every sandbox container carries a label naming its owner (host, pid and the pid's start time),
+so ``sweflow sandbox gc`` can remove the containers of owners that are gone without touching
+another live process's, or another host's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from typing import TYPE_CHECKING
+
+from sweflow.sandbox.base import SandboxConfigError, SandboxStartError
+from sweflow.sandbox.procs import start_ticks
+
+if TYPE_CHECKING:
+    import docker
+
+LABEL = "sweflow.sandbox"
+OWNER_LABEL = "sweflow.sandbox.owner"
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+
+
+def docker_client() -> docker.DockerClient:
+    """A client of the daemon at DOCKER_HOST (or the default socket), or a SandboxError."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise SandboxConfigError(
+            "the docker backend needs the docker SDK: pip install 'sweflow[docker]'"
+        ) from exc
+    host = os.environ.get("DOCKER_HOST")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        tried = (
+            f"DOCKER_HOST={host}"
+            if host
+            else f"the default socket {DEFAULT_SOCKET} (DOCKER_HOST is unset)"
+        )
+        raise SandboxStartError(
+            f"no docker daemon answers at {tried}: {exc}. Start one (as root: `dockerd "
+            ">/tmp/dockerd.log 2>&1 &`, from the docker.io package) or point DOCKER_HOST at a "
+            "running daemon."
+        ) from exc
+    return client
+
+
+def owner_id() -> str:
+    """This process, as a container's owner label: host, pid and the pid's start time."""
+    return f"{socket.gethostname()}:{os.getpid()}:{start_ticks(os.getpid())}"
+
+
+def remove_leftover_containers(client: docker.DockerClient | None = None) -> list[str]:
+    """Remove sweflow containers whose owning process (on this host) is gone; returns their ids."""
+    client = client or docker_client()
+    removed = []
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+        parts = container.labels.get(OWNER_LABEL, "").split(":")
+        if len(parts) == 3 and parts[0] != host:
+            continue  # another host's container: not ours to judge
+        if len(parts) == 3 and parts[1].isdigit() and str(start_ticks(int(parts[1]))) == parts[2]:
+            continue  # its sandbox is still open
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed.append(container.id)
+    return removed

@@ -1,0 +1,77 @@
+"""Reading and stopping host processes through /proc, shared by the backends and launchers.
+
+A pid alone names a process only until it exits and the number is reused, so everything that
+remembers a process keeps its start time too (``/proc/<pid>/stat`` field 22, in clock ticks
+since boot) and checks both.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def now_ticks() -> int:
+    """The current time in the unit of /proc/<pid>/stat's start time (ticks since boot)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * TICKS_PER_S)
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat from the third (state) on, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    try:
+        return raw[raw.rindex(b")") + 2 :].decode().split()
+    except ValueError:
+        return None
+
+
+def start_ticks(pid: int) -> int | None:
+    fields = stat_fields(pid)
+    return int(fields[19]) if fields else None  # field 22: starttime
+
+
+def running(pid: int, started: int | None = None) -> bool:
+    """Whether ``pid`` is a live (not zombie) process, and the same one if ``started`` is given."""
+    fields = stat_fields(pid)
+    if not fields or fields[0] in ("Z", "X"):
+        return False
+    return started is None or int(fields[19]) == started
+
+
+def children_of(parent: int) -> list[tuple[int, int]]:
+    """(pid, start ticks) of ``parent``'s live children, found by scanning /proc."""
+    found = []
+    for name in os.listdir("/proc"):
+        fields = stat_fields(int(name)) if name.isdigit() else None
+        if fields and int(fields[1]) == parent:
+            found.append((int(name), int(fields[19])))
+    return found
+
+
+def stop_pid(pid: int, grace_s: float = 30.0, started: int | None = None) -> None:
+    """SIGTERM a process we started, wait up to ``grace_s`` for it to exit, then SIGKILL it.
+
+    With ``started``, a pid that now names another process is left alone.
+    """
+    if not running(pid, started):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not running(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
