@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sweflow.agent import AgentConfig, AgentLimits, Batch, ModelClient, ModelConfig, run_agent
+from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, run_agent
 from sweflow.agent.scripted import scripted_endpoint
 from sweflow.agent.scripted import tool_turn as call
 from sweflow.agent.trajectory import Trajectory
@@ -50,7 +50,7 @@ def run(url: str, sandbox, *, mode: str = "tools", **limits) -> Trajectory:
     async def go() -> Trajectory:
         client = ModelClient(ModelConfig(base_url=url, model="scripted", retry_budget_s=5))
         try:
-            config = AgentConfig(tool_mode=mode, limits=AgentLimits(**limits))
+            config = AgentConfig(tool_mode=mode, **limits)
             return await run_agent(instance(), sandbox, client, config)
         finally:
             await client.close()

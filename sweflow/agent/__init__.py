@@ -4,39 +4,40 @@ runs with resume, trajectories and their exports.
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig
 client = ModelClient(ModelConfig(base_url="http://127.0.0.1:8000/v1", model="smollm2"))
 trajectories = await Batch(client, AgentConfig(), out_dir, spec_for).run(instances)
+
+Names are imported on first use, so the config models load without the openai client.
 """
 
 from __future__ import annotations
 
-from sweflow.agent.actions import Action, FormatError
-from sweflow.agent.client import Completion, ContextLengthError, ModelClient, ModelError
-from sweflow.agent.config import AgentConfig, AgentLimits, ModelConfig, ToolMode
-from sweflow.agent.export import STYLES, predictions, write_predictions, write_sft
-from sweflow.agent.loop import AgentRun, run_agent
-from sweflow.agent.runner import Batch, trajectory_path
-from sweflow.agent.tools import TOOL_SPECS
-from sweflow.agent.trajectory import StepRecord, Trajectory
+from sweflow.lazy import lazy_exports
 
-__all__ = [
-    "STYLES",
-    "TOOL_SPECS",
-    "Action",
-    "AgentConfig",
-    "AgentLimits",
-    "AgentRun",
-    "Batch",
-    "Completion",
-    "ContextLengthError",
-    "FormatError",
-    "ModelClient",
-    "ModelConfig",
-    "ModelError",
-    "StepRecord",
-    "ToolMode",
-    "Trajectory",
-    "predictions",
-    "run_agent",
-    "trajectory_path",
-    "write_predictions",
-    "write_sft",
-]
+_EXPORTS = {
+    "Action": "actions",
+    "FormatError": "actions",
+    "Completion": "client",
+    "ContextLengthError": "client",
+    "ModelClient": "client",
+    "ModelError": "client",
+    "ModelUnavailableError": "client",
+    "AgentConfig": "config",
+    "AgentLimits": "config",
+    "ModelConfig": "config",
+    "SamplingConfig": "config",
+    "ToolMode": "config",
+    "STYLES": "export",
+    "predictions": "export",
+    "write_predictions": "export",
+    "write_sft": "export",
+    "AgentRun": "loop",
+    "run_agent": "loop",
+    "Batch": "runner",
+    "trajectory_path": "runner",
+    "TOOL_SPECS": "tools",
+    "TOOLS": "tools",
+    "Tool": "tools",
+    "StepRecord": "trajectory",
+    "Trajectory": "trajectory",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

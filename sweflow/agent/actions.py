@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweflow.agent.tools import BASH, SUBMIT, TOOLS_BY_NAME, generic_text_form
 from sweflow.errors import SweflowError
 
-BASH, EDITOR, SUBMIT = "bash", "str_replace_editor", "submit"
-TOOL_NAMES = (BASH, EDITOR, SUBMIT)
 SUBMIT_WORD = "submit"
 # ```bash / ```sh / ```shell / bare ```, up to the next ``` at the start of a line
 FENCE = re.compile(r"^```(?:bash|sh|shell)?[ \t]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -35,16 +33,8 @@ class Action:
 
     def command_line(self) -> str:
         """The action as one shell-like line (SWE-agent's form), for text exports and logs."""
-        if self.tool == BASH:
-            return str(self.args.get("command", ""))
-        if self.tool == SUBMIT:
-            return SUBMIT_WORD
-        args = dict(self.args)
-        words = [EDITOR, str(args.pop("command", "")), str(args.pop("path", ""))]
-        for key, value in args.items():
-            text = json.dumps(value) if isinstance(value, list) else str(value)
-            words += [f"--{key}", shlex.quote(text)]
-        return " ".join(words)
+        tool = TOOLS_BY_NAME.get(self.tool)
+        return tool.command_line(self.args) if tool else generic_text_form(self.tool, self.args)
 
 
 def from_tool_calls(tool_calls: list[dict[str, Any]]) -> list[Action]:
@@ -53,8 +43,8 @@ def from_tool_calls(tool_calls: list[dict[str, Any]]) -> list[Action]:
     for call in tool_calls:
         fn = call.get("function") or {}
         name = fn.get("name", "")
-        if name not in TOOL_NAMES:
-            raise FormatError(f"unknown tool {name!r}; the tools are {', '.join(TOOL_NAMES)}")
+        if name not in TOOLS_BY_NAME:
+            raise FormatError(f"unknown tool {name!r}; the tools are {', '.join(TOOLS_BY_NAME)}")
         raw = fn.get("arguments") or "{}"
         try:
             args = json.loads(raw) if isinstance(raw, str) else dict(raw)

@@ -19,7 +19,7 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
 from sweflow.agent.config import ModelConfig
-from sweflow.errors import SweflowError
+from sweflow.errors import InfrastructureError, SweflowError
 
 log = logging.getLogger(__name__)
 RETRIABLE = (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
@@ -38,6 +38,10 @@ class ModelError(SweflowError):
 
 class ContextLengthError(ModelError):
     """The server refused the prompt as longer than the model's context."""
+
+
+class ModelUnavailableError(ModelError, InfrastructureError):
+    """The endpoint stayed unreachable or overloaded for the whole retry budget."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class ModelClient:
             except RETRIABLE as exc:
                 if time.monotonic() + delay > deadline:
                     msg = f"{cfg.base_url}: gave up after {retries} retries: {exc}"
-                    raise ModelError(msg) from None
+                    raise ModelUnavailableError(msg) from None
                 log.info("model endpoint: %s; retrying in %.1f s", exc, delay)
             except openai.APIStatusError as exc:
                 text = str(exc)

@@ -1,7 +1,7 @@
 """How an agent run is configured: the model endpoint, the limits, the prompts, the tool mode.
 
-Pydantic models, so that a YAML pipeline config validates into them and a trajectory records
-exactly what produced it.
+Pydantic models, so that a YAML pipeline config validates into them (the pipeline embeds these
+classes rather than copying their fields) and a trajectory records exactly what produced it.
 """
 
 from __future__ import annotations
@@ -15,14 +15,11 @@ from sweflow.agent.templates import SYSTEM_TEMPLATE, TASK_TEMPLATE
 ToolMode = Literal["tools", "text"]
 
 
-class ModelConfig(BaseModel):
-    """An OpenAI-compatible chat endpoint (a hosted model, or our own vLLM server)."""
+class SamplingConfig(BaseModel):
+    """How each model call is made: sampling, reply length, timeouts and retries."""
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str = Field(description="e.g. http://127.0.0.1:8000/v1")
-    model: str
-    api_key: str = Field("EMPTY", repr=False)
     temperature: float = 0.0
     top_p: float | None = None
     max_tokens: int | None = Field(1024, gt=0, description="completion tokens per call")
@@ -32,6 +29,14 @@ class ModelConfig(BaseModel):
     )
     retry_initial_s: float = Field(0.5, gt=0)
     retry_max_s: float = Field(15.0, gt=0)
+
+
+class ModelConfig(SamplingConfig):
+    """An OpenAI-compatible chat endpoint (a hosted model, or our own vLLM server)."""
+
+    base_url: str = Field(description="e.g. http://127.0.0.1:8000/v1")
+    model: str
+    api_key: str = Field("EMPTY", repr=False)
 
 
 class AgentLimits(BaseModel):
@@ -52,14 +57,11 @@ class AgentLimits(BaseModel):
     max_format_errors: int = Field(3, gt=0, description="unparseable replies in a row")
 
 
-class AgentConfig(BaseModel):
-    """One agent: its prompts, how it talks to the model, its limits."""
-
-    model_config = ConfigDict(extra="forbid")
+class AgentConfig(AgentLimits):
+    """One agent: its prompts, how it talks to the model, and its limits (one name each)."""
 
     tool_mode: ToolMode = Field(
         "tools", description="native OpenAI tool calls, or one fenced bash block per reply"
     )
     system_template: str = SYSTEM_TEMPLATE
     task_template: str = TASK_TEMPLATE
-    limits: AgentLimits = Field(default_factory=AgentLimits)

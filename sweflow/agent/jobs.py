@@ -1,5 +1,5 @@
-"""The two pipeline stages built on the batch runner, usable without the CLI (a Prefect task
-calls these): ``collect`` keeps the resolved runs as SFT data, ``infer`` writes predictions.
+"""The two jobs built on the batch runner, shared by the CLI and the pipeline's stages:
+``collect`` keeps the resolved runs as SFT data, ``infer`` writes predictions.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from sweflow.instances import Instance
 
 
 @dataclass
-class StageSummary:
-    """The figures of a stage run (printed as a table, saved as summary.json)."""
+class JobSummary:
+    """The figures of a job (printed as a table, saved as summary.json)."""
 
     tasks: int = 0
     runs: int = 0
@@ -32,7 +32,7 @@ class StageSummary:
     outputs: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, trajectories: list[Trajectory]) -> StageSummary:
+    def of(cls, trajectories: list[Trajectory]) -> JobSummary:
         return cls(
             tasks=len({t.instance_id for t in trajectories}),
             runs=len(trajectories),
@@ -50,13 +50,13 @@ class StageSummary:
         return path
 
 
-async def collect(rows: list[Instance], batch: Batch) -> StageSummary:
+async def collect(rows: list[Instance], batch: Batch) -> JobSummary:
     """K graded runs per task; the resolved ones become the SFT dataset (every style)."""
     if batch.grade is None:
         raise ValueError("collect needs a batch with a grader")
     trajectories = await batch.run(rows)
     kept = [t for t in trajectories if t.resolved]
-    summary = StageSummary.of(trajectories)
+    summary = JobSummary.of(trajectories)
     summary.kept = len(kept)
     paths = write_sft(kept, batch.out_dir)
     summary.outputs = {style: str(path) for style, path in paths.items()}
@@ -64,10 +64,10 @@ async def collect(rows: list[Instance], batch: Batch) -> StageSummary:
     return summary
 
 
-async def infer(rows: list[Instance], batch: Batch, model_name: str) -> StageSummary:
+async def infer(rows: list[Instance], batch: Batch, model_name: str) -> JobSummary:
     """One run per task; its diff becomes the task's prediction in preds.json."""
     trajectories = await batch.run(rows)
-    summary = StageSummary.of(trajectories)
+    summary = JobSummary.of(trajectories)
     preds = write_predictions(batch.out_dir / "preds.json", trajectories, model_name)
     summary.outputs = {
         "predictions": str(preds),

@@ -12,18 +12,11 @@ import datetime as dt
 import time
 from typing import Any
 
-from sweflow.agent.actions import (
-    SUBMIT,
-    Action,
-    FormatError,
-    from_text,
-    from_tool_calls,
-    thought_of,
-)
+from sweflow.agent.actions import Action, FormatError, from_text, from_tool_calls, thought_of
 from sweflow.agent.client import ContextLengthError, ModelClient, ModelError
 from sweflow.agent.config import AgentConfig
 from sweflow.agent.templates import TEXT_INSTRUCTIONS, TOOLS_INSTRUCTIONS, render
-from sweflow.agent.tools import TOOL_SPECS, run_action
+from sweflow.agent.tools import TOOL_SPECS, TOOLS_BY_NAME, ToolContext
 from sweflow.agent.trajectory import (
     CONTEXT_LIMIT,
     FORMAT_ERROR,
@@ -85,7 +78,6 @@ class AgentRun:
         run: int = 0,
     ) -> None:
         self.instance, self.sandbox, self.client, self.config = instance, sandbox, client, config
-        self.limits = config.limits
         self.tools = TOOL_SPECS if config.tool_mode == "tools" else None
         self.workdir = sandbox.spec.workdir
         self.traj = Trajectory(
@@ -101,11 +93,11 @@ class AgentRun:
         self.started = time.perf_counter()
 
     def remaining_s(self) -> float:
-        return self.limits.max_wall_s - (time.perf_counter() - self.started)
+        return self.config.max_wall_s - (time.perf_counter() - self.started)
 
     def limit_reached(self) -> str | None:
         """The exit status of a limit that stops the run before its next model call."""
-        traj, limits = self.traj, self.limits
+        traj, limits = self.traj, self.config
         if self.remaining_s() <= 0:
             return TIME_LIMIT
         if limits.max_total_tokens and traj.total_tokens >= limits.max_total_tokens:
@@ -132,7 +124,7 @@ class AgentRun:
 
     async def _loop(self) -> str:
         traj, format_errors = self.traj, 0
-        for index in range(self.limits.max_steps):
+        for index in range(self.config.max_steps):
             if status := self.limit_reached():
                 return status
             step_started = time.perf_counter()
@@ -170,7 +162,7 @@ class AgentRun:
                 traj.messages.extend(observation_message(str(exc), c) for c in calls)
                 step.step_s = time.perf_counter() - step_started
                 format_errors += 1
-                if format_errors >= self.limits.max_format_errors:
+                if format_errors >= self.config.max_format_errors:
                     return FORMAT_ERROR
                 continue
             format_errors = 0
@@ -181,21 +173,21 @@ class AgentRun:
         return STEP_LIMIT
 
     async def _act(self, step: StepRecord, actions: list[Action]) -> bool:
-        """Run the step's actions in order; True once one of them submits."""
+        """Run the step's actions in order; True once one of them ends the run (submit)."""
         for action in actions:
             record = ActionRecord(tool=action.tool, args=action.args, call_id=action.call_id)
             step.actions.append(record)
-            if action.tool == SUBMIT:
+            tool = TOOLS_BY_NAME[action.tool]  # parsing refused unknown tools
+            if tool.run is None:
                 return True
             began = time.perf_counter()
-            timeout = max(1.0, min(self.limits.command_timeout_s, self.remaining_s()))
-            record.observation = await run_action(
-                self.sandbox,
-                action,
+            context = ToolContext(
+                sandbox=self.sandbox,
                 workdir=self.workdir,
-                timeout_s=timeout,
-                max_chars=self.limits.max_observation_chars,
+                timeout_s=max(1.0, min(self.config.command_timeout_s, self.remaining_s())),
+                max_chars=self.config.max_observation_chars,
             )
+            record.observation = await tool.run(action.args, context)
             record.exec_s = time.perf_counter() - began
             step.exec_s += record.exec_s
             self.traj.messages.append(observation_message(record.observation, action.call_id))

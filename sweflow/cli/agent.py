@@ -15,8 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, Trajectory
+from sweflow.agent.jobs import JobSummary, collect, infer
 from sweflow.agent.runner import grade_with
-from sweflow.agent.stages import StageSummary, collect, infer
 from sweflow.cli.common import BackendOption, console, option_group
 from sweflow.cli.env import CliError, DatasetArgs, build_with_progress, dataset_options
 from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
@@ -49,14 +49,14 @@ def build_dataset(data: DatasetArgs) -> tuple[EnvBuilder, list[Instance]]:
     return builder, [row for row in rows if row.instance_id not in failed]
 
 
-def run_stage(
+def run_job(
     title: str,
     total: int,
     model: ModelConfig,
     batch_options: dict[str, Any],
-    stage: Callable[[Batch], Coroutine[Any, Any, StageSummary]],
-) -> StageSummary:
-    """Run ``stage`` on a Batch of ``batch_options`` with one shared client and a progress bar."""
+    job: Callable[[Batch], Coroutine[Any, Any, JobSummary]],
+) -> JobSummary:
+    """Run ``job`` on a Batch of ``batch_options`` with one shared client and a progress bar."""
     counts = {"resolved": 0, "submitted": 0}
     with Progress(
         TextColumn("{task.description}"),
@@ -78,17 +78,17 @@ def run_stage(
                 f"(submitted {counts['submitted']}, resolved {counts['resolved']})",
             )
 
-        async def go() -> StageSummary:
+        async def go() -> JobSummary:
             client = ModelClient(model)
             try:
-                return await stage(Batch(client=client, on_done=on_done, **batch_options))
+                return await job(Batch(client=client, on_done=on_done, **batch_options))
             finally:
                 await client.close()
 
         return asyncio.run(go())
 
 
-def print_summary(title: str, summary: StageSummary) -> None:
+def print_summary(title: str, summary: JobSummary) -> None:
     table = Table(title=title)
     for column in ("tasks", "runs", "submitted", "resolved", "kept", "steps", "tokens"):
         table.add_column(column, justify="right")
@@ -129,7 +129,7 @@ class AgentRunArgs:
         if self.tool_mode:
             data["tool_mode"] = self.tool_mode
         if self.max_steps:
-            data.setdefault("limits", {})["max_steps"] = self.max_steps
+            data["max_steps"] = self.max_steps
         try:
             return AgentConfig.model_validate(data)
         except ValidationError as exc:
@@ -162,12 +162,10 @@ class AgentRunArgs:
         title: str,
         total: int,
         options: dict[str, Any],
-        stage: Callable[[Batch], Coroutine[Any, Any, StageSummary]],
+        job: Callable[[Batch], Coroutine[Any, Any, JobSummary]],
     ) -> None:
-        """Run ``stage`` (see :func:`run_stage`) and print its summary."""
-        print_summary(
-            f"sweflow {title}", run_stage(title, total, self.model_config(), options, stage)
-        )
+        """Run ``job`` (see :func:`run_job`) and print its summary."""
+        print_summary(f"sweflow {title}", run_job(title, total, self.model_config(), options, job))
 
 
 agent_run_options = option_group(AgentRunArgs)
