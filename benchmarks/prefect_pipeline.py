@@ -1,7 +1,7 @@
 """Pipeline benchmark: `end-to-end/demo` on a real Prefect server, cold, cached and retried.
 
-``python benchmarks/pipeline.py [--tasks N] [--reps R]`` starts a private `prefect server` and
-process worker (deployments/local.py: own PREFECT_HOME, a free port, stopped by PID), deploys
+``python benchmarks/prefect_pipeline.py [--tasks N] [--reps R]`` starts a private `prefect server`
+and process worker (deployments/local.py: own PREFECT_HOME, a free port, stopped by PID), deploys
 deployments/prefect.yaml and runs `end-to-end/demo` on N demo tasks (taken from each project in
 turn; default 3) with a scripted model replaying their gold fixes, offline from the wheelhouse of
 scripts/prefetch.py:
@@ -72,10 +72,11 @@ def main(args: list[str]) -> dict:
                     "name": "bench",
                     "run_dir": str(tmp / "run"),
                     "retries": 0,
+                    "stages": STAGES,
                     "dataset": {"path": str(DEMO), "instances": [t.instance_id for t in tasks]},
                     "envs": {"wheelhouse": str(WHEELHOUSE)},
                     "model": {"url": url, "name": "scripted"},
-                    "agent": {"tool_mode": "text", "step_limit": 5},
+                    "agent": {"tool_mode": "text", "max_steps": 5},
                     "collect": {"rollouts": 1, "limit": n_tasks},
                     "infer": {"limit": n_tasks},
                     "eval": {"run_id": "bench"},

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from sweflow.synth.config import SynthConfig
-from sweflow.synth.pipeline import Synthesizer, operator_summary
+from sweflow.synth.synthesize import Synthesizer, operator_summary
 
 HERE = Path(__file__).resolve().parent
 DEMO = HERE.parent / "data" / "demo"

@@ -1,4 +1,4 @@
-"""The pipeline's flows: one per stage and ``end_to_end``, all over the same chain of stage tasks.
+"""The chain every flow runs: the target stages and what they read from, one cached task each.
 
 A stage flow runs its stage and whatever that stage reads from (normally Cached), so
 ``prefect deployment run 'evaluate/demo'`` re-runs evaluation alone on the outputs already on
@@ -8,13 +8,15 @@ disk. Results persist under ``<run_dir>/.prefect-results`` (a LocalFileSystem bl
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from prefect.filesystems import LocalFileSystem
 
-from sweflow.pipeline.config import UPSTREAM, PipelineConfig, Stage, load_pipeline_config
-from sweflow.pipeline.stages import stage_inputs
-from tasks import stages as stage_tasks
+from sweflow.pipeline.config import PipelineConfig, load_pipeline_config
+from sweflow.pipeline.registry import BY_NAME
+from sweflow.pipeline.stages.common import stage_inputs
+from tasks import stage_tasks
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
@@ -31,20 +33,21 @@ def result_storage(config: PipelineConfig) -> str:
     return f"local-file-system/{name}"
 
 
-def run_pipeline(config: PipelineConfig, targets: list[Stage]) -> dict[str, dict]:
+def run_pipeline(config: PipelineConfig, targets: Sequence[str]) -> dict[str, dict]:
     """Run ``targets`` and what they read from, in order; each stage is one cached task."""
     storage = result_storage(config)
     forced = config.forced()
     results: dict[str, dict] = {}
     try:
-        for stage in config.needed(targets):
-            upstream = [results[u] for u in UPSTREAM[stage]]
-            task = stage_tasks.TASKS[stage].with_options(
+        for name in config.needed(targets):
+            upstream = {u: results[u] for u in BY_NAME[name].upstream}
+            task = stage_tasks.TASKS[name].with_options(
                 result_storage=storage,
                 retries=config.retries,
-                refresh_cache=True if stage in forced else None,
+                refresh_cache=True if name in forced else None,
             )
-            results[stage] = task(config, stage_inputs(config, stage, upstream), *upstream)
+            inputs = stage_inputs(config, name, list(upstream.values()))
+            results[name] = task(config, inputs, upstream)
     finally:
         stage_tasks.MODEL_SERVERS.close()  # a vLLM started for the agent stages
     return results

@@ -1,40 +1,30 @@
-"""One flow per stage, for re-running a stage alone (its inputs come back Cached)."""
+"""One flow per registered stage, for re-running a stage alone (its inputs come back Cached).
+
+The flows are made from sweflow.pipeline.registry, one module-level name per stage (the
+deployments' entrypoints, ``flows/stage_flows.py:<stage>``).
+"""
 
 from __future__ import annotations
 
-from prefect import flow
+from prefect import Flow, flow
 
-from flows.pipeline import default_config, run_pipeline
+from flows.runner import default_config, run_pipeline
 from sweflow.pipeline.config import PipelineConfig
+from sweflow.pipeline.registry import STAGES, StageSpec
 
 DEFAULT = default_config()
 
 
-@flow(name="build-envs", flow_run_name="build-envs [{config.name}]")
-def build_envs(config: PipelineConfig = DEFAULT) -> dict[str, dict]:
-    """Build (or find cached) every instance's layers."""
-    return run_pipeline(config, ["build_envs"])
+def stage_flow(stage: StageSpec) -> Flow:
+    """The flow that runs ``stage`` (and, from cache, what it reads from)."""
+
+    def run(config: PipelineConfig = DEFAULT) -> dict[str, dict]:
+        return run_pipeline(config, [stage.name])
+
+    run.__name__ = run.__qualname__ = stage.name
+    run.__doc__ = stage.description
+    return flow(run, name=stage.flow_name, flow_run_name=f"{stage.flow_name} [{{config.name}}]")
 
 
-@flow(name="validate-envs", flow_run_name="validate-envs [{config.name}]")
-def validate_envs(config: PipelineConfig = DEFAULT) -> dict[str, dict]:
-    """Validate every built instance both ways; writes the validated dataset."""
-    return run_pipeline(config, ["validate_envs"])
-
-
-@flow(name="collect-trajectories", flow_run_name="collect-trajectories [{config.name}]")
-def collect_trajectories(config: PipelineConfig = DEFAULT) -> dict[str, dict]:
-    """Graded agent runs on validated tasks; the resolved ones become SFT data."""
-    return run_pipeline(config, ["collect_trajectories"])
-
-
-@flow(name="infer", flow_run_name="infer [{config.name}]")
-def infer(config: PipelineConfig = DEFAULT) -> dict[str, dict]:
-    """One agent run per task with the configured model; writes preds.json."""
-    return run_pipeline(config, ["infer"])
-
-
-@flow(name="evaluate", flow_run_name="evaluate [{config.name}]")
-def evaluate(config: PipelineConfig = DEFAULT) -> dict[str, dict]:
-    """Grade preds.json like swebench's run_evaluation (same files, same summary)."""
-    return run_pipeline(config, ["evaluate"])
+FLOWS: dict[str, Flow] = {stage.name: stage_flow(stage) for stage in STAGES}
+globals().update(FLOWS)

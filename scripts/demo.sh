@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job on the embedded default config: `bash scripts/demo.sh [CONFIG]`.
+# The main job on the embedded default config: `bash scripts/demo.sh [CONFIG [KEY=VALUE ...]]`
+# (overrides by dotted name, e.g. `bash scripts/demo.sh configs/demo.yaml agent.max_steps=12`).
 #
 # Sets everything up (system packages, .venv, the serving stack in .venv-serve), starts a local
 # Prefect server and a worker (left running, so the UI stays up), deploys the pipeline and runs
@@ -19,8 +20,8 @@ STATE=$ROOT/runs/prefect
 "$PY" deployments/local.py up --state "$STATE"
 
 params=()
-if [[ $# -gt 0 ]]; then
-  params=(--params "$("$PY" -c 'import json, sys, yaml; print(json.dumps({"config": yaml.safe_load(open(sys.argv[1]))}))' "$1")")
+if [[ $# -gt 0 ]]; then  # validated here, before Prefect: a bad field is one line, exit 2
+  params=(--params "$("$ROOT/.venv/bin/sweflow" pipeline config --json "$@")")
 fi
 export PATH=$ROOT/.venv/bin:$PATH PREFECT_API_URL=http://127.0.0.1:4200/api PREFECT_HOME=$STATE/home
 start=$(date +%s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,3 +36,28 @@ def validate_model(
         return model(**data)
     except ValidationError as exc:
         raise error(f"{source}: {describe(exc)}") from None
+
+
+def apply_overrides(
+    data: dict[str, Any], overrides: Sequence[str], error: type[SweflowError]
+) -> dict[str, Any]:
+    """Set each ``a.b.c=value`` of ``overrides`` in ``data`` (in place; the value is YAML, so
+    ``12`` is a number, ``[a, b]`` a list and ``null`` None); returns ``data``."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise error(f"override {item!r}: expected dotted.key=value (e.g. agent.max_steps=12)")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise error(f"override {item!r}: the value is not valid YAML: {exc}") from None
+        target = data
+        for i, part in enumerate(parts[:-1]):
+            node = target.setdefault(part, {})
+            if not isinstance(node, dict):
+                where = ".".join(parts[: i + 1])
+                raise error(f"override {item!r}: {where} is not a section")
+            target = node
+        target[parts[-1]] = value
+    return data

@@ -1,6 +1,6 @@
-"""One Prefect task per pipeline stage: cache key, retries, artifacts and logs; no logic.
+"""One Prefect task per registered pipeline stage: cache key, retries, artifacts, logs; no logic.
 
-A stage task's cache key is its ``inputs`` (content digests of the dataset, the config section
+A stage task's cache key is its ``inputs`` (content digests of the dataset, the config sections
 it reads and its upstream outputs) plus the task's source; ``config`` itself is left out of the
 key, so editing the agent section never invalidates the environment build. Results persist under
 the run directory, so a second run of the same config finds every stage Cached.
@@ -9,7 +9,6 @@ the run directory, so a second run of the same config finds every stage Cached.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from prefect import get_run_logger, task
 from prefect.artifacts import (
@@ -22,35 +21,25 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.concurrency.sync import concurrency
 from prefect.tasks import exponential_backoff
 
-from sweflow.pipeline import stages
-from sweflow.pipeline.config import PipelineConfig, Stage
+from sweflow.errors import is_infrastructure
+from sweflow.pipeline.config import PipelineConfig
 from sweflow.pipeline.model import ModelServers
-from sweflow.sandbox import SandboxError
-from tasks.faults import InjectedFault, maybe_fail
+from sweflow.pipeline.registry import STAGES, StageSpec
+from sweflow.pipeline.stages.common import StageContext
+from tasks.faults import maybe_fail
 
 SANDBOX_LIMIT = "sweflow-sandboxes"  # a global concurrency limit created by the deploy script
-StageFn = Callable[..., stages.StageResult]
-
-
-# Failures of the machinery, worth another try: a dropped connection, a killed sandbox or
-# process, a model server that went away. Bad input (other SweflowErrors), failing tests and
-# bugs (TypeError...) fail the same way every time: they are not retried.
-INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,  # ConnectionError, BrokenPipeError, a vanished file handle
-    TimeoutError,
-    SandboxError,
-    InjectedFault,
-)
+MODEL_SERVERS = ModelServers()  # vLLM started by the first agent stage, closed by the flow
 
 
 def retry_infrastructure_only(_task, _task_run, state) -> bool:
-    """Prefect's retry condition: retry only INFRASTRUCTURE_ERRORS."""
+    """Prefect's retry condition: retry failures of the machinery (a dropped connection, a
+    sandbox that died, a model server that went away), never bad input, failing tests or bugs,
+    which fail the same way every time (sweflow.errors.is_infrastructure)."""
     try:
         state.result()
-    except INFRASTRUCTURE_ERRORS:
-        return True
-    except BaseException:
-        return False
+    except BaseException as exc:
+        return is_infrastructure(exc)
     return False
 
 
@@ -58,71 +47,55 @@ def _artifact_key(config: PipelineConfig, stage: str) -> str:
     return f"{config.name}-{stage}".lower().replace("_", "-")
 
 
-def run_stage(stage: Stage, fn: StageFn, config: PipelineConfig, *upstream: dict) -> dict:
-    """Run ``fn`` with progress, table and Markdown artifacts and a sandbox concurrency slot."""
+def run_stage(stage: StageSpec, config: PipelineConfig, upstream: dict[str, dict]) -> dict:
+    """Run ``stage`` with progress, table and Markdown artifacts and a sandbox concurrency slot."""
+    name = stage.name
     logger = get_run_logger()
-    maybe_fail(stage, config.run_dir)
-    progress_id = create_progress_artifact(0.0, description=f"{stage}: starting")
+    maybe_fail(name, config.run_dir)
+    progress_id = create_progress_artifact(0.0, description=f"{name}: starting")
     last = [-1.0]
 
     def progress(done: int, total: int, what: str) -> None:
         percent = round(100.0 * done / max(total, 1), 1)
-        logger.info("%s [%d/%d] %s", stage, done, total, what)
+        logger.info("%s [%d/%d] %s", name, done, total, what)
         if percent != last[0]:
             last[0] = percent
-            update_progress_artifact(progress_id, percent, description=f"{stage}: {what}")
+            update_progress_artifact(progress_id, percent, description=f"{name}: {what}")
 
+    context = StageContext(config, upstream, progress, MODEL_SERVERS)
     slots = min(config.sandbox.max_open, config.envs.max_workers)
     with concurrency(SANDBOX_LIMIT, occupy=slots, strict=False):
-        result = fn(config, *upstream, progress=progress)
-    update_progress_artifact(progress_id, 100.0, description=f"{stage}: done")
-    key = _artifact_key(config, stage)
+        result = stage.function()(context)
+    update_progress_artifact(progress_id, 100.0, description=f"{name}: done")
+    key = _artifact_key(config, name)
     if result.rows:
-        create_table_artifact(result.rows, key=key, description=f"{stage}: {result.counts}")
+        create_table_artifact(result.rows, key=key, description=f"{name}: {result.counts}")
     links = "\n".join(
-        f"- **{name}**: `{os.path.abspath(path)}`" for name, path in result.outputs.items()
+        f"- **{label}**: `{os.path.abspath(path)}`" for label, path in result.outputs.items()
     )
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.counts.items()))
-    create_markdown_artifact(f"# {stage}\n\n{counts}\n\n{links}\n", key=f"{key}-report")
-    logger.info("%s done: %s", stage, counts)
+    create_markdown_artifact(f"# {name}\n\n{counts}\n\n{links}\n", key=f"{key}-report")
+    logger.info("%s done: %s", name, counts)
     return result.to_dict()
 
 
-def stage_task(stage: Stage, fn: StageFn):
+def stage_task(stage: StageSpec):
     """The Prefect task of one stage: cached on (inputs, source), infra failures retried."""
 
-    def body(config: PipelineConfig, inputs: dict, *upstream: dict) -> dict:
-        return run_stage(stage, fn, config, *upstream)
+    def body(config: PipelineConfig, inputs: dict, upstream: dict[str, dict]) -> dict:
+        return run_stage(stage, config, upstream)
 
-    body.__name__ = body.__qualname__ = f"{stage}_task"
+    body.__name__ = body.__qualname__ = f"{stage.name}_task"
     return task(
         body,
-        name=stage,
-        task_run_name=f"{stage} [{{config.name}}]",
+        name=stage.name,
+        task_run_name=f"{stage.name} [{{config.name}}]",
         cache_policy=(INPUTS - "config" - "upstream") + TASK_SOURCE,
         persist_result=True,
         retry_delay_seconds=exponential_backoff(backoff_factor=10),
         retry_condition_fn=retry_infrastructure_only,
-        tags=["sweflow", f"stage:{stage}"],
+        tags=["sweflow", f"stage:{stage.name}"],
     )
 
 
-MODEL_SERVERS = ModelServers()  # vLLM started by the first agent stage, closed by the flow
-
-
-def _with_models(fn: StageFn) -> StageFn:
-    def run(config: PipelineConfig, *upstream: dict, progress) -> stages.StageResult:
-        return fn(config, *upstream, progress=progress, models=MODEL_SERVERS)
-
-    return run
-
-
-TASKS = {
-    "build_envs": stage_task("build_envs", stages.build_envs),
-    "validate_envs": stage_task("validate_envs", stages.validate_envs),
-    "collect_trajectories": stage_task(
-        "collect_trajectories", _with_models(stages.collect_trajectories)
-    ),
-    "infer": stage_task("infer", _with_models(stages.infer)),
-    "evaluate": stage_task("evaluate", stages.evaluate),
-}
+TASKS = {stage.name: stage_task(stage) for stage in STAGES}

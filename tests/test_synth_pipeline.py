@@ -18,8 +18,8 @@ from sweflow.cli import app
 from sweflow.envcache.specs import load_specs
 from sweflow.instances import load_instances
 from sweflow.synth.config import SynthConfig
-from sweflow.synth.pipeline import Synthesizer, operator_summary
 from sweflow.synth.sources import SourceError
+from sweflow.synth.synthesize import Synthesizer, operator_summary
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 OPERATORS = ["remove_conditional", "negate_condition", "change_operator"]

@@ -11,6 +11,7 @@ from sweflow.cli.bench import bench_app
 from sweflow.cli.common import App, BaseOption, console, spec_from_options
 from sweflow.cli.env import env_app
 from sweflow.cli.eval import eval_command
+from sweflow.cli.pipeline import pipeline_app
 from sweflow.cli.sandbox import sandbox_app
 from sweflow.cli.serve import model_app, serve_command
 from sweflow.cli.synth import synth
@@ -20,6 +21,7 @@ app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(env_app, name="env")
 app.add_typer(bench_app, name="bench")
 app.add_typer(model_app, name="model")
+app.add_typer(pipeline_app, name="pipeline")
 app.command("collect")(collect_command)
 app.command("infer")(infer_command)
 app.command("serve")(serve_command)

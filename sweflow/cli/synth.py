@@ -11,7 +11,7 @@ from rich.table import Table
 from sweflow.cli.common import console
 from sweflow.synth.config import SynthConfig, load_config
 from sweflow.synth.operators import OPERATORS
-from sweflow.synth.pipeline import SUMMARY_COLUMNS, Synthesizer, operator_summary
+from sweflow.synth.synthesize import SUMMARY_COLUMNS, Synthesizer, operator_summary
 
 OPERATORS_HELP = f"Bug operators (repeatable); default all: {', '.join(OPERATORS)}."
 

@@ -12,8 +12,9 @@ import socket
 import threading
 from pathlib import Path
 
-from sweflow.agent import ModelConfig
-from sweflow.pipeline.config import AgentSection, ModelSection, PipelineConfigError
+from sweflow.agent.config import ModelConfig, SamplingConfig
+from sweflow.pipeline.config import PipelineConfigError
+from sweflow.pipeline.sections import AgentSection, ModelSection
 from sweflow.serving import ServeConfig, prepare_model, tool_parser_for, vllm_server
 
 
@@ -38,14 +39,16 @@ class ModelServers:
         key = model.model_dump_json()
         with self._lock:
             if key not in self._served:
-                self._served[key] = self._start(model, agent, run_dir)
+                self._served[key] = self._start(model, run_dir)
         config, tools = self._served[key]
         mode = agent.tool_mode if agent.tool_mode != "auto" else ("tools" if tools else "text")
-        return config.model_copy(update={"max_tokens": agent.max_tokens}), mode
+        return config, mode
 
-    def _start(self, model: ModelSection, agent: AgentSection, run_dir: Path):
+    def _start(self, model: ModelSection, run_dir: Path) -> tuple[ModelConfig, bool]:
+        sampling = model.model_dump(include=set(SamplingConfig.model_fields))
         if model.url is not None:
-            return ModelConfig(base_url=model.url, model=model.name, api_key=model.api_key), True
+            url, key = model.url, model.api_key
+            return ModelConfig(base_url=url, model=model.name, api_key=key, **sampling), True
         path = model.path
         if path is None:
             if model.prepare is None:
@@ -59,7 +62,7 @@ class ModelServers:
             ready_timeout_s=model.startup_timeout_s,
         )
         served = self._stack.enter_context(vllm_server(serve, run_dir / "logs" / "vllm.log"))
-        config = ModelConfig(base_url=served.base_url, model=served.name)
+        config = ModelConfig(base_url=served.base_url, model=served.name, **sampling)
         return config, tool_parser_for(path) is not None
 
     def close(self) -> None:

@@ -1,0 +1,59 @@
+"""``sweflow pipeline``: the pipeline's config as it will run, and its stages."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+import yaml
+from rich.table import Table
+
+from sweflow.cli.common import App, console
+
+pipeline_app = App(help="The Prefect pipeline's config and stages (runs go through Prefect).")
+DEFAULT_CONFIG = Path("configs/demo.yaml")
+
+
+@pipeline_app.command("config")
+def pipeline_config(
+    config: Path = typer.Argument(DEFAULT_CONFIG, help="A pipeline config (YAML)."),
+    overrides: list[str] = typer.Argument(
+        None, help="Settings by dotted name, e.g. agent.max_steps=12 model.temperature=0.7."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="As the JSON `--params` of a deployment."),
+) -> None:
+    """Validate a config with its overrides and print it whole, defaults filled in.
+
+    Examples:
+      sweflow pipeline config configs/demo.yaml agent.max_steps=12
+      prefect deployment run end-to-end/demo --params "$(sweflow pipeline config --json)"
+    """
+    from sweflow.pipeline.config import load_pipeline_config
+
+    loaded = load_pipeline_config(config, overrides or []).model_dump(mode="json")
+    if json_out:
+        sys.stdout.write(json.dumps({"config": loaded}) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(loaded, sort_keys=False, width=100))
+
+
+@pipeline_app.command("stages")
+def pipeline_stages() -> None:
+    """The registered stages in pipeline order: what each reads and runs.
+
+    Example:
+      sweflow pipeline stages
+    """
+    from sweflow.pipeline.registry import STAGES
+
+    table = Table(title="pipeline stages")
+    table.add_column("stage", no_wrap=True)
+    table.add_column("after", no_wrap=True)
+    table.add_column("what it does (config sections it reads)")
+    for stage in STAGES:
+        sections = ", ".join(stage.sections)
+        what = f"{stage.description} [dim]({sections})[/]"
+        table.add_row(stage.name, ", ".join(stage.upstream) or "-", what)
+    console.print(table)

@@ -1,0 +1,98 @@
+"""The pipeline config's sections: pydantic models, light to import (the Prefect UI's form).
+
+Shared sections (dataset, envs, sandbox, model, agent) are read by several stages; a stage's own
+section is named in its registration (sweflow.pipeline.registry). Where the library has a
+config model of its own (the agent's limits and prompts, the model client's sampling), the
+section embeds it, so every setting has one name everywhere: ``agent.max_steps`` in YAML is
+``AgentConfig.max_steps`` in the library.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sweflow.agent.config import AgentConfig, SamplingConfig
+from sweflow.sandbox.backends import DEFAULT_BACKEND, BackendName
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- shared ---------------------------------------------------------------------------------------
+class DatasetSection(Section):
+    path: Path = Field(Path("data/demo/tasks.jsonl"), description="JSON/JSONL/parquet tasks")
+    specs: Path | None = Field(None, description="environment specs; default beside the data")
+    repo_mirror: Path | None = Field(None, description="git repos or bundles; default repos/")
+    instances: list[str] | None = Field(None, description="only these instance ids")
+    limit: int | None = Field(None, ge=1, description="only the first N instances")
+
+    def specs_path(self) -> Path:
+        return self.specs or self.path.with_name("specs.yaml")
+
+    def mirror(self) -> Path:
+        return self.repo_mirror or self.path.parent / "repos"
+
+
+class EnvsSection(Section):
+    store: Path | None = Field(None, description="layer store; default <run_dir>/store")
+    wheelhouse: Path | None = Field(None, description="install offline from these wheels")
+    max_workers: int = Field(2, ge=1)
+    validate_runs: int = Field(1, ge=1, description="runs each way (more flag flaky tests)")
+    timeout_s: float = Field(1800.0, gt=0, description="per build step and test run")
+
+
+class SandboxSection(Section):
+    backend: BackendName = DEFAULT_BACKEND
+    max_open: int = Field(8, ge=1, description="sandboxes open at once (a global limit)")
+
+
+class ModelSection(SamplingConfig, Section):
+    """A served model: an endpoint to use, or a model folder that the stage serves itself; and
+    how each call samples from it (the library's SamplingConfig)."""
+
+    name: str = Field("smollm2-135m-instruct", description="the served model name")
+    url: str | None = Field(None, description="an OpenAI-compatible endpoint; None: serve")
+    api_key: str = "EMPTY"
+    path: Path | None = Field(None, description="a Hugging Face folder to serve")
+    prepare: str | None = Field(
+        "smollm2-135m-instruct", description="a bundled model to prepare when path is empty"
+    )
+    max_model_len: int = Field(4096, ge=256)
+    startup_timeout_s: float = Field(900.0, gt=0)
+    max_tokens: int | None = Field(512, gt=0, description="completion tokens per reply")
+
+
+class AgentSection(AgentConfig, Section):
+    """The library's AgentConfig (limits, prompts), with ``auto`` tool mode and concurrency."""
+
+    tool_mode: Literal["auto", "tools", "text"] = Field(  # type: ignore[assignment]
+        "auto", description="auto: tool calls when the served model has a tool parser"
+    )
+    max_steps: int = Field(10, gt=0, description="model calls per run")
+    max_wall_s: float = Field(600.0, gt=0, description="whole run, model time included")
+    concurrency: int = Field(4, ge=1, description="runs at once")
+
+    def agent_config(self, tool_mode: Literal["tools", "text"]) -> AgentConfig:
+        """The library's config for a run whose tool mode is now known."""
+        fields = self.model_dump(exclude={"concurrency", "tool_mode"})
+        return AgentConfig(**fields, tool_mode=tool_mode)
+
+
+# -- per stage ------------------------------------------------------------------------------------
+class CollectSection(Section):
+    rollouts: int = Field(1, ge=1, description="runs per task")
+    limit: int | None = Field(2, ge=1, description="tasks used (None: all validated)")
+
+
+class InferSection(Section):
+    limit: int | None = Field(3, ge=1, description="tasks used (None: all validated)")
+
+
+class EvalSection(Section):
+    run_id: str = "pipeline"
+    max_workers: int = Field(2, ge=1)
+    timeout_s: float = Field(1800.0, gt=0)

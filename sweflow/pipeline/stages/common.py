@@ -1,0 +1,131 @@
+"""What every stage shares: its context in, its result out, content digests for cache keys.
+
+Each stage returns a :class:`StageResult` whose ``digest`` is a content digest of what it wrote,
+so that a later stage's cache key changes exactly when its inputs do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sweflow.errors import SweflowError
+from sweflow.pipeline.registry import BY_NAME
+
+if TYPE_CHECKING:
+    from sweflow.envcache.builder import EnvBuilder
+    from sweflow.instances import Instance
+    from sweflow.pipeline.config import PipelineConfig
+    from sweflow.pipeline.model import ModelServers
+
+Progress = Callable[[int, int, str], None]  # (done, total, what)
+
+
+def no_progress(done: int, total: int, what: str) -> None:
+    """The progress callback of a stage run without anyone watching."""
+
+
+class StageError(SweflowError):
+    """A stage that cannot produce its outputs for a reason retrying will not change."""
+
+
+@dataclass
+class StageContext:
+    """What a stage runs with: the config, its upstream stages' results, a progress callback,
+    and the run's model servers (for stages that talk to a served model)."""
+
+    config: PipelineConfig
+    upstream: dict[str, dict] = field(default_factory=dict)
+    progress: Progress = no_progress
+    models: ModelServers | None = None
+
+    def model_servers(self) -> ModelServers:
+        if self.models is None:
+            from sweflow.pipeline.model import ModelServers
+
+            self.models = ModelServers()
+        return self.models
+
+
+@dataclass
+class StageResult:
+    stage: str
+    digest: str  # of the outputs, for downstream cache keys
+    outputs: dict[str, str] = field(default_factory=dict)  # name -> path
+    counts: dict[str, int] = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)  # one table row per instance/run
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes (a stage's cache key must see contents, not just a path)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def json_digest(value: object) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def stage_inputs(config: PipelineConfig, stage: str, upstream: list[dict]) -> dict:
+    """What a stage's result depends on: its config sections, upstream digests, the data, code.
+
+    Paths are keyed by content (a file path as an input would ignore its contents), and the
+    library's stage code is part of the key, so an edited stage is never served from cache.
+    """
+    spec = BY_NAME[stage]
+    inputs: dict = {
+        "sections": {name: config.section(name).model_dump(mode="json") for name in spec.sections},
+        "upstream": [u["digest"] for u in upstream],
+        "code": [file_digest(spec.source_file()), file_digest(Path(__file__))],
+    }
+    if "dataset" in spec.reads:
+        inputs["dataset"] = file_digest(config.dataset.path)
+        inputs["specs"] = file_digest(config.dataset.specs_path())
+    return inputs
+
+
+def load_tasks(config: PipelineConfig, path: Path | None = None) -> list[Instance]:
+    """The dataset (or an earlier stage's output), narrowed by ``instances`` and ``limit``."""
+    from sweflow.instances import load_instances
+
+    section = config.dataset
+    result = load_instances(path or section.path, instances=section.instances)
+    instances = result.raise_for_errors()
+    return instances[: section.limit] if section.limit else instances
+
+
+def make_builder(config: PipelineConfig) -> EnvBuilder:
+    from sweflow.envcache.builder import BuildOptions, EnvBuilder
+    from sweflow.envcache.specs import load_specs
+
+    envs = config.envs
+    options = BuildOptions(
+        store=config.store(),
+        repo_mirror=config.dataset.mirror(),
+        wheelhouse=envs.wheelhouse,
+        max_workers=envs.max_workers,
+        timeout_s=envs.timeout_s,
+    )
+    return EnvBuilder(load_specs(config.dataset.specs_path()), options)
+
+
+def counter_progress(progress: Progress, total: int) -> Callable[[str], None]:
+    """A callback that counts calls: each call reports one more of ``total`` done."""
+    done = [0]
+
+    def step(what: str) -> None:
+        done[0] += 1
+        progress(done[0], total, what)
+
+    return step

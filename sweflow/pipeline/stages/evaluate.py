@@ -1,0 +1,53 @@
+"""``evaluate``: preds.json graded the way swebench's run_evaluation does, same files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweflow.envcache.specs import load_specs
+from sweflow.grading import Grader
+from sweflow.grading.evaluate import evaluate as run_evaluation
+from sweflow.grading.predictions import load_predictions
+from sweflow.pipeline.stages.common import (
+    StageContext,
+    StageError,
+    StageResult,
+    counter_progress,
+    file_digest,
+    load_tasks,
+)
+
+
+def evaluate(ctx: StageContext) -> StageResult:
+    """Grade preds.json the way swebench's run_evaluation does, with its files and summary."""
+    config, inferred = ctx.config, ctx.upstream["infer"]
+    instances = load_tasks(config, Path(inferred["outputs"]["dataset"]))
+    predictions = load_predictions(Path(inferred["outputs"]["predictions"]), instances)
+    if predictions.errors:
+        raise StageError("bad predictions: " + "; ".join(predictions.errors))
+    out = config.run_dir / "eval"
+    grader = Grader(config.store(), load_specs(config.dataset.specs_path()),
+                    backend=config.sandbox.backend, timeout_s=config.eval.timeout_s)  # fmt: skip
+    step = counter_progress(ctx.progress, len(predictions.items))
+    summary = run_evaluation(
+        grader,
+        instances,
+        predictions.items,
+        config.eval.run_id,
+        root=out,
+        report_dir=out,
+        dataset_name=str(config.dataset.path),
+        max_workers=config.eval.max_workers,
+        on_done=lambda outcome: step(f"{outcome.status}: {outcome.instance_id}"),
+    )
+    counts = {k: v for k, v in summary.report.items() if isinstance(v, int)}
+    rows = [{"instance": o.instance_id, "status": o.status, "resolved": o.resolved,
+             "reason": o.reason} for o in summary.outcomes]  # fmt: skip
+    return StageResult(
+        "evaluate",
+        file_digest(summary.report_path),
+        {"report": str(summary.report_path), "summary": str(summary.markdown_path),
+         "logs": str(out / "logs" / "run_evaluation" / config.eval.run_id)},
+        counts,
+        rows,
+    )  # fmt: skip

@@ -1,0 +1,139 @@
+"""The registries that make a new stage, backend or tool one module plus one registration line:
+everything that derives from them must follow, and what cannot derive (the static deployments
+file) must list every registered stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sweflow.agent.actions import FormatError, from_tool_calls
+from sweflow.agent.tools import TOOL_SPECS, TOOLS, TOOLS_BY_NAME
+from sweflow.cli import app
+from sweflow.errors import ConfigError, InfrastructureError, is_infrastructure
+from sweflow.pipeline.config import (
+    STAGE_NAMES,
+    PipelineConfig,
+    PipelineConfigError,
+    load_pipeline_config,
+)
+from sweflow.pipeline.registry import STAGES
+from sweflow.sandbox import (
+    BACKENDS,
+    SandboxConfigError,
+    SandboxCrashError,
+    SandboxStartError,
+    backend_class,
+)
+from sweflow.sandbox.base import Sandbox
+from sweflow.sandbox.local import LocalSandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_CONFIG = ROOT / "configs" / "demo.yaml"
+
+
+# -- pipeline stages -------------------------------------------------------------------------------
+def test_every_stage_has_its_section_task_flow_and_deployment() -> None:
+    from flows import stage_flows
+    from tasks import stage_tasks
+
+    fields = PipelineConfig.model_fields
+    deployments = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())
+    entrypoints = {d["entrypoint"] for d in deployments["deployments"]}
+    assert "flows/end_to_end.py:end_to_end" in entrypoints
+    for stage in STAGES:
+        assert callable(stage.function()), stage.run
+        assert stage.source_file().is_file()
+        if stage.section is not None:
+            assert fields[stage.key].annotation is stage.section, stage.name
+        for name in stage.reads:
+            assert name in fields, (stage.name, name)
+        assert set(stage.upstream) <= set(STAGE_NAMES[: STAGE_NAMES.index(stage.name)])
+        assert stage.name in stage_tasks.TASKS
+        assert getattr(stage_flows, stage.name).name == stage.flow_name
+        assert f"flows/stage_flows.py:{stage.name}" in entrypoints, (
+            f"deployments/prefect.yaml has no deployment for the stage {stage.name}"
+        )
+    assert len(entrypoints) == len(STAGES) + 1
+
+
+def test_needed_and_forced_follow_the_declared_upstream() -> None:
+    config = load_pipeline_config(DEMO_CONFIG)
+    assert config.needed(["evaluate"]) == ["build_envs", "validate_envs", "infer", "evaluate"]
+    forced = config.model_copy(update={"force": ["validate_envs"]}).forced()
+    assert forced == {"validate_envs", "collect_trajectories", "infer", "evaluate"}
+    assert config.model_copy(update={"force": ["evaluate"]}).forced() == {"evaluate"}
+
+
+def test_dotted_overrides_reach_the_embedded_library_models(tmp_path: Path) -> None:
+    config = load_pipeline_config(
+        DEMO_CONFIG,
+        ["agent.max_steps=12", "agent.command_timeout_s=30", "model.temperature=0.7",
+         "eval.run_id=again", "dataset.instances=[a, b]", "sandbox.backend=docker"],
+    )  # fmt: skip
+    agent = config.agent.agent_config("text")
+    assert (agent.max_steps, agent.command_timeout_s, agent.tool_mode) == (12, 30.0, "text")
+    assert config.model.temperature == 0.7 and config.eval.run_id == "again"
+    assert config.dataset.instances == ["a", "b"] and config.sandbox.backend == "docker"
+    for bad, named in (
+        (["agent.max_stepz=3"], "agent.max_stepz"),
+        (["agent.max_steps=0"], "agent.max_steps"),
+        (["sandbox.backend=lcoal"], "unknown sandbox backend 'lcoal'"),
+        (["agent"], "expected dotted.key=value"),
+        (["name.x=1"], "name is not a section"),
+    ):
+        with pytest.raises(PipelineConfigError, match=named):
+            load_pipeline_config(DEMO_CONFIG, bad)
+
+
+def test_the_config_form_lists_the_backends() -> None:
+    schema = PipelineConfig.model_json_schema()
+    backend = schema["$defs"]["SandboxSection"]["properties"]["backend"]
+    assert backend["examples"] == list(BACKENDS)
+
+
+# -- sandbox backends ------------------------------------------------------------------------------
+def test_backends_resolve_by_name_or_dotted_path() -> None:
+    assert backend_class("local") is LocalSandbox
+    assert backend_class("sweflow.sandbox.local.LocalSandbox") is LocalSandbox
+    assert backend_class("sweflow.sandbox.local:LocalSandbox") is LocalSandbox
+    for name in BACKENDS:
+        assert issubclass(backend_class(name), Sandbox)
+    with pytest.raises(SandboxConfigError, match="unknown sandbox backend 'lcoal'"):
+        backend_class("lcoal")
+    with pytest.raises(SandboxConfigError, match="cannot be imported"):
+        backend_class("sweflow.no_such_module.Sandbox")
+    with pytest.raises(SandboxConfigError, match="not a Sandbox class"):
+        backend_class("pathlib.Path")
+
+
+def test_cli_refuses_an_unknown_backend_before_any_work() -> None:
+    result = CliRunner().invoke(app, ["sandbox", "run", "-b", "lcoal", "true"])
+    assert result.exit_code == 2
+    assert "unknown sandbox backend 'lcoal'" in result.output
+    help_text = CliRunner().invoke(app, ["sandbox", "run", "--help"], env={"COLUMNS": "200"}).output
+    assert " | ".join(BACKENDS) in help_text
+
+
+def test_errors_say_whether_to_retry() -> None:
+    assert is_infrastructure(SandboxStartError("no daemon"))
+    assert is_infrastructure(SandboxCrashError("died"))
+    assert is_infrastructure(ConnectionResetError())
+    assert not is_infrastructure(SandboxConfigError("bad spec"))
+    assert not is_infrastructure(PipelineConfigError("bad field"))
+    assert not is_infrastructure(ValueError("a bug"))
+    assert issubclass(SandboxConfigError, ConfigError)
+    assert issubclass(SandboxStartError, InfrastructureError)
+
+
+# -- agent tools -----------------------------------------------------------------------------------
+def test_tools_are_registered_once_and_dispatched_by_name() -> None:
+    assert [spec["function"]["name"] for spec in TOOL_SPECS] == [t.name for t in TOOLS]
+    assert [t.name for t in TOOLS if t.ends_run] == ["submit"]
+    calls = [{"id": "1", "function": {"name": "str_replace_editor", "arguments": "{}"}}]
+    assert from_tool_calls(calls)[0].tool in TOOLS_BY_NAME
+    with pytest.raises(FormatError, match="unknown tool 'edit'; the tools are bash, "):
+        from_tool_calls([{"id": "1", "function": {"name": "edit", "arguments": "{}"}}])
