@@ -158,6 +158,33 @@ def test_text_mode_parses_one_bash_block(endpoint, sandbox_spec, git_layer, open
     assert "+    return 'hi'" in traj.patch
 
 
+def test_text_mode_has_the_editor_as_a_command_line(endpoint, sandbox_spec, git_layer, open_local):
+    from sweflow.agent.actions import Action
+
+    edit = {
+        "command": "str_replace",
+        "path": "/testbed/hello.py",
+        "old_str": "    return 'hello'\n",
+        "new_str": '    return "it\'s $HOME"\n',
+    }
+    url, _ = endpoint(
+        turns=[
+            bash_block("str_replace_editor view /testbed/hello.py --view_range '[1, 2]'"),
+            bash_block(Action("str_replace_editor", edit).command_line()),
+            bash_block("str_replace_editor view /testbed/hello.py --bogus 1"),
+            bash_block("submit"),
+        ]
+    )
+    traj = run(url, open_local(sandbox_spec(git_layer)), mode="text")
+    assert traj.exit_status == "submitted", traj.error
+    tools = [s.actions[0].tool if s.actions else None for s in traj.steps]
+    assert tools == ["str_replace_editor", "str_replace_editor", None, "submit"]
+    assert "     1\tdef hello():" in traj.steps[0].actions[0].observation
+    assert traj.steps[1].actions[0].args == edit
+    assert "unexpected '--bogus'" in traj.steps[2].format_error
+    assert '+    return "it\'s $HOME"' in traj.patch
+
+
 def test_three_format_errors_in_a_row_end_the_run(endpoint, sandbox_spec, git_layer, open_local):
     url, _ = endpoint(turns=[text("no idea")])
     traj = run(url, open_local(sandbox_spec(git_layer)), mode="text")

@@ -11,10 +11,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweflow.agent.tools import BASH, SUBMIT, TOOLS_BY_NAME, generic_text_form
+from sweflow.agent.tools import BASH, TOOLS_BY_NAME
 from sweflow.errors import SweflowError
 
-SUBMIT_WORD = "submit"
 # ```bash / ```sh / ```shell / bare ```, up to the next ``` at the start of a line
 FENCE = re.compile(r"^```(?:bash|sh|shell)?[ \t]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
@@ -32,9 +31,8 @@ class Action:
     call_id: str | None = None
 
     def command_line(self) -> str:
-        """The action as one shell-like line (SWE-agent's form), for text exports and logs."""
-        tool = TOOLS_BY_NAME.get(self.tool)
-        return tool.command_line(self.args) if tool else generic_text_form(self.tool, self.args)
+        """The action as one shell-like line (SWE-agent's form): what a text-mode reply holds."""
+        return TOOLS_BY_NAME[self.tool].command_line(self.args)
 
 
 def from_tool_calls(tool_calls: list[dict[str, Any]]) -> list[Action]:
@@ -57,7 +55,8 @@ def from_tool_calls(tool_calls: list[dict[str, Any]]) -> list[Action]:
 
 
 def from_text(content: str) -> Action:
-    """The one fenced bash block of a text reply; ``submit`` alone in it submits."""
+    """The one fenced block of a text reply: a tool's command line when it starts with a tool's
+    name (``submit``, ``str_replace_editor view ...``), else a bash command."""
     blocks = FENCE.findall(content or "")
     if len(blocks) != 1:
         found = "no" if not blocks else str(len(blocks))
@@ -65,10 +64,14 @@ def from_text(content: str) -> Action:
             f"found {found} bash code blocks; reply with a short thought and exactly one "
             "```bash``` block (its only command `submit` to finish)"
         )
-    command = blocks[0].strip()
-    if command == SUBMIT_WORD:
-        return Action(SUBMIT)
-    return Action(BASH, {"command": command})
+    line = blocks[0].strip()
+    tool = TOOLS_BY_NAME.get(line.split(maxsplit=1)[0] if line else BASH)
+    if tool is None or tool.raw is not None:
+        return Action(BASH, {"command": line})
+    try:
+        return Action(tool.name, tool.parse_command_line(line))
+    except ValueError as exc:
+        raise FormatError(f"cannot read that {tool.name} command: {exc}") from None
 
 
 def thought_of(content: str | None) -> str:

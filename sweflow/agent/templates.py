@@ -31,8 +31,15 @@ THOUGHT: I should look at the files first.
 ls -la
 ```
 
-The command runs and you get its output. To finish, reply with a block whose only command is
-`submit`. Edit files with shell tools (sed, cat <<'EOF' > file, python scripts)."""
+The command runs and you get its output. Instead of a shell command, the block may hold one
+file viewer/editor command (arguments in shell quoting):
+
+str_replace_editor view /path/file.py --view_range '[10, 40]'
+str_replace_editor str_replace /path/file.py --old_str 'exact old text' --new_str 'new text'
+str_replace_editor create /path/new.py --file_text 'the content'
+str_replace_editor insert /path/file.py --insert_line 12 --new_str 'text to insert'
+
+To finish, reply with a block whose only command is `submit`."""
 
 TASK_TEMPLATE = """\
 <issue>

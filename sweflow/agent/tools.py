@@ -1,9 +1,9 @@
 """The agent's tools by registry: a tool is one :class:`Tool` entry in :data:`TOOLS`.
 
 Each entry carries its OpenAI function schema (what the model sees in tools mode), how it runs
-in the sandbox (its observation is what the model reads next), and its one-line text form (how
-SWE-agent's text styles and logs show the call). A tool whose ``run`` is None ends the run: its
-changes to the repository are the submission.
+in the sandbox (its observation is what the model reads next), and its one-line text form (what
+a text-mode reply writes in its code block, and how SWE-agent's text styles show the call). A
+tool whose ``run`` is None ends the run: its changes to the repository are the submission.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sweflow.agent.editor import COMMANDS as EDITOR_COMMANDS
@@ -34,22 +34,23 @@ class ToolContext:
 Run = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
 
 
-def generic_text_form(name: str, args: dict[str, Any]) -> str:
-    """``name --key value ...`` (lists as JSON), for tools without a form of their own."""
-    words = [name]
-    for key, value in args.items():
-        text = json.dumps(value) if isinstance(value, list) else str(value)
-        words += [f"--{key}", shlex.quote(text)]
-    return " ".join(words)
-
-
 @dataclass(frozen=True)
 class Tool:
+    """One action the model can call.
+
+    ``run`` gives the observation (None: calling the tool ends the run). The text form is how
+    the call reads as one shell-like line, SWE-agent style: ``raw`` names the one argument that
+    is the whole line (bash's command); otherwise ``name``, the ``positional`` arguments, then
+    ``--key value`` pairs, shell-quoted. Text-mode replies use the same form, so a model served
+    without tool calling still has every tool.
+    """
+
     name: str
     description: str
     parameters: dict[str, Any]
-    run: Run | None  # None: calling the tool ends the run
-    text_form: Callable[[dict[str, Any]], str] | None = field(default=None, compare=False)
+    run: Run | None
+    positional: tuple[str, ...] = ()
+    raw: str | None = None
 
     @property
     def ends_run(self) -> bool:
@@ -61,8 +62,56 @@ class Tool:
         return {"type": "function", "function": {**function, "parameters": self.parameters}}
 
     def command_line(self, args: dict[str, Any]) -> str:
-        """The call as one shell-like line (SWE-agent's form)."""
-        return self.text_form(args) if self.text_form else generic_text_form(self.name, args)
+        """The call as one shell-like line (the inverse of :meth:`parse_command_line`)."""
+        if self.raw is not None:
+            return str(args.get(self.raw, ""))
+        words = [self.name]
+        words += [shlex.quote(_text(args[key])) for key in self.positional if key in args]
+        for key, value in args.items():
+            if key not in self.positional:
+                words += [f"--{key}", shlex.quote(_text(value))]
+        return " ".join(words)
+
+    def parse_command_line(self, line: str) -> dict[str, Any]:
+        """The arguments of a text-form call; ValueError says what is wrong with it."""
+        if self.raw is not None:
+            return {self.raw: line}
+        words = shlex.split(line)  # ValueError on unbalanced quotes
+        properties = self.parameters.get("properties", {})
+        args: dict[str, Any] = {}
+        rest = words[1:]
+        for key in self.positional:
+            if not rest or rest[0].startswith("--"):
+                break
+            args[key] = rest.pop(0)
+        while rest:
+            flag = rest.pop(0)
+            key = flag[2:]
+            if not flag.startswith("--") or key not in properties:
+                known = ", ".join(f"--{k}" for k in properties if k not in self.positional)
+                takes = f"its options are {known}" if known else "it takes no arguments"
+                raise ValueError(f"{self.name}: unexpected {flag!r}; {takes}")
+            if not rest:
+                raise ValueError(f"{self.name}: {flag} needs a value")
+            args[key] = _typed(rest.pop(0), properties[key].get("type"), flag)
+        return args
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, list) else str(value)
+
+
+def _typed(text: str, kind: str | None, flag: str) -> Any:
+    """A text-form value as its schema type (integer, array as JSON, else the string)."""
+    try:
+        if kind == "integer":
+            return int(text)
+        if kind == "array":
+            return json.loads(text)
+    except ValueError:
+        expected = "an integer" if kind == "integer" else "a JSON list"
+        raise ValueError(f"{flag} expects {expected}") from None
+    return text
 
 
 def truncate(text: str, limit: int) -> str:
@@ -94,12 +143,6 @@ async def _run_editor(args: dict[str, Any], ctx: ToolContext) -> str:
         return str(exc)
 
 
-def _editor_text_form(args: dict[str, Any]) -> str:
-    rest = dict(args)
-    head = f"{EDITOR} {rest.pop('command', '')} {rest.pop('path', '')}"
-    return generic_text_form(head, rest)
-
-
 TOOLS: tuple[Tool, ...] = (
     Tool(
         BASH,
@@ -110,7 +153,7 @@ TOOLS: tuple[Tool, ...] = (
             "required": ["command"],
         },
         _run_bash,
-        text_form=lambda args: str(args.get("command", "")),
+        raw="command",
     ),
     Tool(
         EDITOR,
@@ -135,14 +178,13 @@ TOOLS: tuple[Tool, ...] = (
             "required": ["command", "path"],
         },
         _run_editor,
-        text_form=_editor_text_form,
+        positional=("command", "path"),
     ),
     Tool(
         SUBMIT,
         "Finish: your changes to the repository are the submission.",
         {"type": "object", "properties": {}},
         None,
-        text_form=lambda args: SUBMIT,
     ),
 )
 TOOLS_BY_NAME: dict[str, Tool] = {tool.name: tool for tool in TOOLS}
