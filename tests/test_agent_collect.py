@@ -232,3 +232,37 @@ def test_infer_text_mode_then_eval_resolves(rows, env_args, tmp_path, monkeypatc
     report = json.loads((tmp_path / "scripted-text.agent-test.json").read_text())
     assert sorted(report["resolved_ids"]) == sorted(REPLAYED)
     assert report["empty_patch_ids"] == [IDLE]
+
+
+@pytest.mark.parametrize("mode", ["tools", "text"])
+def test_the_replay_teacher_resolves_real_rows_in_both_tool_modes(
+    rows, env_args, tmp_path, mode
+) -> None:
+    out = tmp_path / "replay"
+    args = [*env_args, *ids_args([*REPLAYED, IDLE]), "--teacher", "replay", "--out", str(out)]
+    invoke(["collect", *args, "--tool-mode", mode])
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["runs"], summary["resolved"], summary["kept"]) == (3, 3, 3), summary
+    sft = read_jsonl(out / "sft.jsonl")
+    assert {r["source"] for r in sft} == {"replay"} and {r["tool_mode"] for r in sft} == {mode}
+    widened = 0
+    for instance_id in [*REPLAYED, IDLE]:
+        traj = Trajectory.load(out / "trajectories" / instance_id / "run-0.json")
+        assert traj.source == "replay" and traj.model == "replay"
+        tools = [a.tool for s in traj.steps for a in s.actions]
+        assert tools[-2:] == ["bash", "submit"] and EDITOR in tools, tools
+        assert not any(s.format_error for s in traj.steps)
+        changed = {f.path for f in PatchSet(traj.patch)}
+        assert changed == {f.path for f in PatchSet(rows[instance_id].patch)}
+        widened += sum("not unique" in s.thought for s in traj.steps)
+        if mode == "text":
+            replies = [m["content"] for m in traj.messages if m["role"] == "assistant"]
+            assert all("```bash\n" in reply for reply in replies)
+    print(f"{mode}: {widened} edit(s) widened to be unique")
+
+
+def test_collect_refuses_an_endpoint_teacher_without_its_endpoint(env_args) -> None:
+    result = CliRunner().invoke(app, ["collect", *env_args, "--out", "x"])
+    assert result.exit_code == 2 and "--model-url" in result.output
+    result = CliRunner().invoke(app, ["collect", *env_args, "--teacher", "nope", "--out", "x"])
+    assert result.exit_code == 2 and "choose endpoint or replay" in result.output

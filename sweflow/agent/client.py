@@ -12,7 +12,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import openai
 from openai import AsyncOpenAI
@@ -56,11 +56,28 @@ class Completion:
     retries: int = 0
 
 
+class ChatModel(Protocol):
+    """What the agent loop talks to: a served model (:class:`ModelClient`) or a teacher that
+    plays one (sweflow.agent.replay). ``source`` marks the trajectories it produces."""
+
+    name: str
+    source: str
+
+    async def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> Completion: ...
+
+    async def close(self) -> None: ...
+
+
 class ModelClient:
     """Chat completions with retries; one instance is shared by every run of a batch."""
 
+    source = "model"
+
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
+        self.name = config.model
         self._client = AsyncOpenAI(
             base_url=config.base_url,
             api_key=config.api_key,

@@ -6,11 +6,13 @@ classes rather than copying their fields) and a trajectory records exactly what 
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from sweflow.agent.templates import SYSTEM_TEMPLATE, TASK_TEMPLATE
+from sweflow.errors import ConfigError
 
 ToolMode = Literal["tools", "text"]
 
@@ -65,3 +67,53 @@ class AgentConfig(AgentLimits):
     )
     system_template: str = SYSTEM_TEMPLATE
     task_template: str = TASK_TEMPLATE
+
+
+# -- teachers: who plays the model when golden trajectories are collected -------------------------
+class ServedTeacher(BaseModel):
+    """The model being trained, as served for the run (today's behaviour)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["served"] = "served"
+
+
+class EndpointTeacher(BaseModel):
+    """Any OpenAI-compatible endpoint: a bigger vLLM-served model, or a hosted API."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["endpoint"] = "endpoint"
+    url: str = Field(description="base URL, e.g. http://10.0.0.5:8000/v1")
+    model: str = Field(description="the model name at that endpoint")
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY", description="the environment variable holding the key (None: no key)"
+    )
+
+    def api_key(self) -> str:
+        """The key from the environment, or a ConfigError naming the variable."""
+        if self.api_key_env is None:
+            return "EMPTY"
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"teacher {self.model} at {self.url}: the environment variable "
+                f"{self.api_key_env} (its API key) is not set"
+            )
+        return key
+
+
+class ReplayTeacher(BaseModel):
+    """The gold patch reproduced through the agent's own tools (sweflow.agent.replay)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["replay"] = "replay"
+
+
+def _teacher_shorthand(value: Any) -> Any:
+    """``teacher: replay`` for ``teacher: {kind: replay}``."""
+    return {"kind": value} if isinstance(value, str) else value
+
+
+Teacher = Annotated[
+    Annotated[ServedTeacher | EndpointTeacher | ReplayTeacher, Field(discriminator="kind")],
+    BeforeValidator(_teacher_shorthand),
+]

@@ -22,8 +22,14 @@ XML_BLOCK_KEYS = ("old_str", "new_str", "file_text")  # parameters SWE-smith put
 
 
 def sft_record(traj: Trajectory) -> dict[str, Any]:
-    """One training sample: the conversation as sent (tool calls included) and the tools."""
-    record: dict[str, Any] = {"instance_id": traj.instance_id, "messages": traj.messages}
+    """One training sample: the conversation as sent (tool calls included), the tools, and what
+    produced the replies (``source``: the model, or a teacher such as ``replay``)."""
+    record: dict[str, Any] = {
+        "instance_id": traj.instance_id,
+        "source": traj.source,
+        "tool_mode": traj.tool_mode,
+        "messages": traj.messages,
+    }
     if traj.tools:
         record["tools"] = traj.tools
     return record

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from sweflow.agent.actions import Action, FormatError, from_text, from_tool_calls, thought_of
-from sweflow.agent.client import ContextLengthError, ModelClient, ModelError
+from sweflow.agent.client import ChatModel, ContextLengthError, ModelError
 from sweflow.agent.config import AgentConfig
 from sweflow.agent.templates import TEXT_INSTRUCTIONS, TOOLS_INSTRUCTIONS, render
 from sweflow.agent.tools import TOOL_SPECS, TOOLS_BY_NAME, ToolContext
@@ -72,7 +72,7 @@ class AgentRun:
         self,
         instance: Instance,
         sandbox: Sandbox,
-        client: ModelClient,
+        client: ChatModel,
         config: AgentConfig,
         *,
         run: int = 0,
@@ -83,7 +83,8 @@ class AgentRun:
         self.traj = Trajectory(
             instance_id=instance.instance_id,
             run=run,
-            model=client.config.model,
+            model=client.name,
+            source=client.source,
             tool_mode=config.tool_mode,
             config=config.model_dump(),
             tools=self.tools,
@@ -195,7 +196,7 @@ class AgentRun:
 
 
 async def run_agent(
-    instance: Instance, sandbox: Sandbox, client: ModelClient, config: AgentConfig, *, run: int = 0
+    instance: Instance, sandbox: Sandbox, client: ChatModel, config: AgentConfig, *, run: int = 0
 ) -> Trajectory:
     """Run the agent on ``instance`` in an open ``sandbox``; returns the (unsaved) trajectory."""
     return await AgentRun(instance, sandbox, client, config, run=run).run()

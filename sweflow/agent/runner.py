@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sweflow.agent.client import ModelClient
+from sweflow.agent.client import ChatModel
 from sweflow.agent.config import AgentConfig
 from sweflow.agent.loop import run_agent
 from sweflow.agent.trajectory import INFRA_FAILURES, SANDBOX_ERROR, Trajectory
@@ -67,7 +67,7 @@ def grade_with(grader: Any) -> Grade:
 class Batch:
     """What a batch needs besides its instances."""
 
-    client: ModelClient
+    client: ChatModel | None  # shared by every run, or None with ``client_for``
     agent: AgentConfig
     out_dir: Path
     spec_for: SpecFor
@@ -77,6 +77,7 @@ class Batch:
     backend: str = "local"
     grade: Grade | None = None
     on_done: OnDone | None = None
+    client_for: Callable[[Instance], ChatModel] | None = None  # one per run (a teacher)
 
     async def run(self, instances: list[Instance]) -> list[Trajectory]:
         """Every (instance, rollout) run, in input order; already-done runs come from disk."""
@@ -108,19 +109,23 @@ class Batch:
         async with self._sandboxes:
             began = time.perf_counter()
             try:
+                client = self.client_for(instance) if self.client_for else self.client
+                assert client is not None, "a Batch needs client or client_for"
                 sandbox = await asyncio.to_thread(
                     open_sandbox, self.spec_for(instance), self.backend
                 )
-            except SweflowError as exc:  # not built, or the sandbox would not open
+            except SweflowError as exc:  # not built, the sandbox would not open, a bad teacher
                 return Trajectory(
                     instance_id=instance.instance_id,
                     run=run,
-                    model=self.client.config.model,
+                    model=self.client.name if self.client else "",
                     exit_status=SANDBOX_ERROR,
                     error=str(exc),
                 )
             opened = time.perf_counter() - began
             async with sandbox:
-                traj = await run_agent(instance, sandbox, self.client, self.agent, run=run)
+                traj = await run_agent(instance, sandbox, client, self.agent, run=run)
+            if client is not self.client:
+                await client.close()
             traj.sandbox_open_s = opened
             return traj

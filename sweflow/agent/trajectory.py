@@ -59,6 +59,7 @@ class Trajectory(BaseModel):
     instance_id: str
     run: int = 0
     model: str = ""
+    source: str = "model"  # what produced the replies: "model", or a teacher such as "replay"
     tool_mode: str = "tools"
     config: dict[str, Any] = Field(default_factory=dict)
     tools: list[dict[str, Any]] | None = None

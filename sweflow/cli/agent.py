@@ -22,8 +22,8 @@ from sweflow.cli.env import CliError, DatasetArgs, build_with_progress, dataset_
 from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
 from sweflow.instances import Instance
 
-ModelUrlOption = typer.Option(..., "--model-url", help="OpenAI-compatible base URL (…/v1).")
-ModelOption = typer.Option(..., "--model", "-m", help="Model name at that endpoint.")
+ModelUrlOption = typer.Option(None, "--model-url", help="OpenAI-compatible base URL (…/v1).")
+ModelOption = typer.Option(None, "--model", "-m", help="Model name at that endpoint.")
 ApiKeyOption = typer.Option("EMPTY", "--api-key", envvar="OPENAI_API_KEY", help="API key.")
 OutOption = typer.Option(..., "--out", "-o", help="Output folder (re-running resumes it).")
 AgentConfigOption = typer.Option(
@@ -52,11 +52,12 @@ def build_dataset(data: DatasetArgs) -> tuple[EnvBuilder, list[Instance]]:
 def run_job(
     title: str,
     total: int,
-    model: ModelConfig,
+    model: ModelConfig | None,
     batch_options: dict[str, Any],
     job: Callable[[Batch], Coroutine[Any, Any, JobSummary]],
 ) -> JobSummary:
-    """Run ``job`` on a Batch of ``batch_options`` with one shared client and a progress bar."""
+    """Run ``job`` on a Batch of ``batch_options`` with a progress bar, and one client shared by
+    every run when ``model`` is given (a teacher such as replay has one per run instead)."""
     counts = {"resolved": 0, "submitted": 0}
     with Progress(
         TextColumn("{task.description}"),
@@ -79,11 +80,12 @@ def run_job(
             )
 
         async def go() -> JobSummary:
-            client = ModelClient(model)
+            client = ModelClient(model) if model else None
             try:
                 return await job(Batch(client=client, on_done=on_done, **batch_options))
             finally:
-                await client.close()
+                if client is not None:
+                    await client.close()
 
         return asyncio.run(go())
 
@@ -137,6 +139,8 @@ class AgentRunArgs:
 
     def model_config(self) -> ModelConfig:
         """The endpoint, with the sampling flags that were given."""
+        if not (self.model_url and self.model):
+            raise CliError("give the model's endpoint: --model-url URL and --model NAME")
         config = ModelConfig(base_url=self.model_url, model=self.model, api_key=self.api_key)
         if self.temperature is not None:
             config.temperature = self.temperature
@@ -163,9 +167,10 @@ class AgentRunArgs:
         total: int,
         options: dict[str, Any],
         job: Callable[[Batch], Coroutine[Any, Any, JobSummary]],
+        model: ModelConfig | None,
     ) -> None:
         """Run ``job`` (see :func:`run_job`) and print its summary."""
-        print_summary(f"sweflow {title}", run_job(title, total, self.model_config(), options, job))
+        print_summary(f"sweflow {title}", run_job(title, total, model, options, job))
 
 
 agent_run_options = option_group(AgentRunArgs)
@@ -178,24 +183,54 @@ def collect_command(
     agent: AgentRunArgs,
     rollouts: int = typer.Option(1, "--rollouts", "-k", help="Runs per task."),
     graders: int = typer.Option(2, "--graders", help="Gradings at once (they run test suites)."),
+    teacher: str = typer.Option(
+        "endpoint",
+        "--teacher",
+        help="endpoint: the model at --model-url; replay: each task's gold patch played "
+        "through the agent's tools (no model needed).",
+    ),
 ) -> None:
-    """Golden trajectories: K graded runs per task; resolved runs become the SFT dataset."""
+    """Golden trajectories: K graded runs per task; resolved runs become the SFT dataset.
+
+    Examples:
+      sweflow collect -d data/demo/tasks.jsonl -s store --teacher replay --tool-mode text -o out
+      sweflow collect -d tasks.jsonl -s store --model-url http://127.0.0.1:8000/v1 -m m -o out
+    """
     from sweflow.grading import Grader
 
+    if teacher not in ("endpoint", "replay"):
+        raise CliError(f"--teacher {teacher!r}: choose endpoint or replay")
+    model = agent.model_config() if teacher == "endpoint" else None  # checked before the build
     builder, rows, options = agent.prepare(data)
+    if teacher == "replay":
+        rows = _replayable(rows, builder, options)
     log_dir = agent.out / "grading"
     grader = Grader(builder.options.store, builder.specs, backend=agent.backend, log_dir=log_dir)
-    options.update(
-        rollouts=rollouts,
-        max_grading=graders,
-        grade=grade_with(grader),
-    )
-    agent.run("collect", len(rows) * rollouts, options, lambda batch: collect(rows, batch))
+    options.update(rollouts=rollouts, max_grading=graders, grade=grade_with(grader))
+    agent.run("collect", len(rows) * rollouts, options, lambda b: collect(rows, b), model)
+
+
+def _replayable(
+    rows: list[Instance], builder: EnvBuilder, options: dict[str, Any]
+) -> list[Instance]:
+    """Set the batch up to replay each row's gold patch; rows that cannot be are named, left out."""
+    from sweflow.agent.replay import replay_clients
+
+    client_for, skipped = replay_clients(rows, options["agent"].tool_mode, builder.specs)
+    for why in skipped.values():
+        console.print(f"[yellow]skipped (cannot replay):[/] {why}", highlight=False)
+    options["client_for"] = client_for
+    return [row for row in rows if row.instance_id not in skipped]
 
 
 @dataset_options
 @agent_run_options
 def infer_command(data: DatasetArgs, agent: AgentRunArgs) -> None:
-    """Batch inference: one run per task; writes preds.json (swebench format) + trajectories."""
+    """Batch inference: one run per task; writes preds.json (swebench format) + trajectories.
+
+    Example:
+      sweflow infer -d tasks.jsonl -s store --model-url http://127.0.0.1:8000/v1 -m m -o out
+    """
+    model = agent.model_config()  # checked before the build
     _, rows, options = agent.prepare(data)
-    agent.run("infer", len(rows), options, lambda batch: infer(rows, batch, agent.model))
+    agent.run("infer", len(rows), options, lambda b: infer(rows, b, model.model), model)

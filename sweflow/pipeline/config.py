@@ -24,6 +24,7 @@ from sweflow.pipeline.sections import (
     ModelSection,
     SandboxSection,
     Section,
+    SplitSection,
 )
 
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in STAGES)
@@ -45,6 +46,7 @@ class PipelineBase(Section):
     sandbox: SandboxSection = Field(default_factory=SandboxSection)
     model: ModelSection = Field(default_factory=ModelSection)
     agent: AgentSection = Field(default_factory=AgentSection)
+    split: SplitSection = Field(default_factory=SplitSection)
 
     def store(self) -> Path:
         return self.envs.store or self.run_dir / "store"

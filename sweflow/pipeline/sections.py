@@ -14,8 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sweflow.agent.config import AgentConfig, SamplingConfig
+from sweflow.agent.config import AgentConfig, SamplingConfig, ServedTeacher, Teacher
 from sweflow.sandbox.backends import DEFAULT_BACKEND, BackendName
+from sweflow.serving.models import DEFAULT_MODEL
 
 
 class Section(BaseModel):
@@ -51,15 +52,16 @@ class SandboxSection(Section):
 
 
 class ModelSection(SamplingConfig, Section):
-    """A served model: an endpoint to use, or a model folder that the stage serves itself; and
-    how each call samples from it (the library's SamplingConfig)."""
+    """The model the run trains and serves: an endpoint to use as is, or a model that the run
+    serves itself with vLLM; and how each call samples from it (the library's SamplingConfig)."""
 
     name: str = Field("smollm2-135m-instruct", description="the served model name")
     url: str | None = Field(None, description="an OpenAI-compatible endpoint; None: serve")
     api_key: str = "EMPTY"
-    path: Path | None = Field(None, description="a Hugging Face folder to serve")
-    prepare: str | None = Field(
-        "smollm2-135m-instruct", description="a bundled model to prepare when path is empty"
+    source: str = Field(
+        DEFAULT_MODEL,
+        description="what to serve and train: a Hugging Face folder, a bundled model name, or "
+        "a Hub id (org/name[@revision])",
     )
     max_model_len: int = Field(4096, ge=256)
     startup_timeout_s: float = Field(900.0, gt=0)
@@ -82,14 +84,31 @@ class AgentSection(AgentConfig, Section):
         return AgentConfig(**fields, tool_mode=tool_mode)
 
 
+class SplitSection(Section):
+    """Which validated tasks train (collect, sft, rl) and which evaluate (infer, evaluate).
+
+    ``by: repo`` holds out the repositories named in ``eval``, ``by: ids`` the instance ids;
+    the rest train. ``by: none`` uses every task for both (no held-out evaluation). The split is
+    written to ``<run_dir>/split.json``.
+    """
+
+    by: Literal["none", "repo", "ids"] = "none"
+    eval: list[str] = Field(default_factory=list, description="repos or ids held out")
+
+
 # -- per stage ------------------------------------------------------------------------------------
 class CollectSection(Section):
+    teacher: Teacher = Field(
+        default_factory=ServedTeacher,
+        description="who plays the model: served (the run's model), endpoint (url, model, "
+        "api_key_env) or replay (the gold patch through the agent's tools)",
+    )
     rollouts: int = Field(1, ge=1, description="runs per task")
-    limit: int | None = Field(2, ge=1, description="tasks used (None: all validated)")
+    limit: int | None = Field(2, ge=1, description="tasks used (None: all in the train split)")
 
 
 class InferSection(Section):
-    limit: int | None = Field(3, ge=1, description="tasks used (None: all validated)")
+    limit: int | None = Field(3, ge=1, description="tasks used (None: all in the eval split)")
 
 
 class EvalSection(Section):

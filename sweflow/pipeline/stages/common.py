@@ -105,6 +105,33 @@ def load_tasks(config: PipelineConfig, path: Path | None = None) -> list[Instanc
     return instances[: section.limit] if section.limit else instances
 
 
+def split_tasks(config: PipelineConfig, rows: list[Instance]) -> dict[str, list[Instance]]:
+    """The ``train`` and ``eval`` parts of validated rows (config ``split``), recorded in
+    ``<run_dir>/split.json``. Names in ``split.eval`` that match no row are a ConfigError."""
+    split = config.split
+    held = set(split.eval)
+    key = (lambda row: row.repo) if split.by == "repo" else (lambda row: row.instance_id)
+    if split.by == "none":
+        parts = {"train": rows, "eval": rows}
+    else:
+        if unknown := held - {key(row) for row in rows}:
+            what = "repositories" if split.by == "repo" else "instance ids"
+            raise StageError(f"split.eval names {what} with no validated task: {sorted(unknown)}")
+        parts = {
+            "train": [row for row in rows if key(row) not in held],
+            "eval": [row for row in rows if key(row) in held],
+        }
+    record = {
+        "by": split.by,
+        "eval_names": sorted(held),
+        **{part: [row.instance_id for row in chosen] for part, chosen in parts.items()},
+    }
+    path = config.run_dir / "split.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return parts
+
+
 def make_builder(config: PipelineConfig) -> EnvBuilder:
     from sweflow.envcache.builder import BuildOptions, EnvBuilder
     from sweflow.envcache.specs import load_specs
