@@ -1,0 +1,118 @@
+"""Conversations as the served model sees them, for training: tokens and an assistant-only mask.
+
+The text a model is trained on must be the text the agent sends vLLM at inference, byte for
+byte, or training teaches a format the model never meets. So a conversation is rendered with the
+model's own chat template, the way vLLM's chat endpoint renders it (the same messages, the same
+``tools`` when the agent sent tools, the generation prompt after each turn's prefix), and
+tokenized as vLLM tokenizes a chat prompt (no extra special tokens). Each assistant turn is
+trained from its first token through its end-of-turn token, exactly the tokens the model emits;
+system, user and tool turns, and the template's own framing, are masked.
+
+:meth:`ChatEncoder.encode` checks what it relies on: the prompt of every assistant turn, tokenized
+on its own as vLLM would, is a prefix of the sequence's tokens. A conversation where that fails
+(a template that rewrites earlier turns, a tokenization that merges across the boundary) is
+refused with :class:`DriftError` rather than trained on a sequence the model never sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sweflow.errors import ConfigError, SweflowError
+
+Messages = list[dict[str, Any]]
+
+
+class DriftError(SweflowError):
+    """The training tokens of a conversation would differ from what the served model receives."""
+
+
+class ChatTemplateError(ConfigError):
+    """The model folder has no chat template or tokenizer that can render the conversation."""
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One conversation: its tokens, which of them are trained, and where each assistant turn's
+    prompt ends (the token count vLLM receives before that turn)."""
+
+    tokens: list[int]
+    trained: list[bool]
+    prompt_lengths: list[int]
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(self.trained)
+
+
+class ChatEncoder:
+    """Renders and tokenizes conversations with a model folder's tokenizer and chat template."""
+
+    def __init__(self, model: Path) -> None:
+        from transformers import AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(model))
+        except (OSError, ValueError) as exc:
+            raise ChatTemplateError(f"{model}: no usable tokenizer: {exc}") from None
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ChatTemplateError(f"{model}: the tokenizer has no chat template")
+        if not self.tokenizer.is_fast:
+            raise ChatTemplateError(f"{model}: a fast tokenizer (tokenizer.json) is needed")
+        self.end_of_turn = self.tokenizer.eos_token or ""
+
+    def render(self, messages: Messages, tools: Messages | None, *, prompt: bool) -> str:
+        """The template's text; ``prompt`` adds the generation prompt (what vLLM continues)."""
+        kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": prompt}
+        if tools:
+            kwargs["tools"] = tools
+        try:
+            return self.tokenizer.apply_chat_template(messages, **kwargs)
+        except Exception as exc:  # jinja errors: a role or a None content the template refuses
+            why = f"the chat template cannot render this conversation: {exc}"
+            raise ChatTemplateError(why) from None
+
+    def tokenize(self, text: str) -> list[int]:
+        """Tokens of rendered text, as vLLM tokenizes a chat prompt."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def prompt_tokens(self, messages: Messages, tools: Messages | None = None) -> list[int]:
+        """What the served model receives to produce the next assistant turn."""
+        return self.tokenize(self.render(messages, tools, prompt=True))
+
+    def encode(self, messages: Messages, tools: Messages | None = None) -> Encoded:
+        """The whole conversation's tokens with its assistant turns marked as trained."""
+        text = self.render(messages, tools, prompt=False)
+        spans, prompts = [], []
+        for i, message in enumerate(messages):
+            if message.get("role") != "assistant":
+                continue
+            prefix = self.render(messages[:i], tools, prompt=True)
+            through = self.render(messages[: i + 1], tools, prompt=False)
+            if not (text.startswith(prefix) and text.startswith(through)):
+                raise DriftError(f"the chat template renders turn {i} differently in context")
+            spans.append((len(prefix), self._turn_end(through, len(prefix))))
+            prompts.append(prefix)
+        encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        tokens, offsets = encoding["input_ids"], encoding["offset_mapping"]
+        trained = [any(a <= s and e <= b for a, b in spans) for s, e in offsets]
+        lengths = []
+        for prefix in prompts:
+            alone = self.tokenize(prefix)
+            if tokens[: len(alone)] != alone:
+                raise DriftError(
+                    f"a prompt of {len(alone)} tokens is not a prefix of the training sequence"
+                )
+            lengths.append(len(alone))
+        return Encoded(tokens, trained, lengths)
+
+    def _turn_end(self, through: str, start: int) -> int:
+        """Where the assistant turn's emitted text ends: after its end-of-turn token, before the
+        whitespace the template adds between turns."""
+        if self.end_of_turn:
+            at = through.rfind(self.end_of_turn, start)
+            if at >= 0:
+                return at + len(self.end_of_turn)
+        return len(through.rstrip())

@@ -1,0 +1,46 @@
+"""How a fine-tune is configured: the ``sft`` section of the pipeline, ``sweflow train sft``'s
+options. The torchtune recipe config is generated from it (sweflow.training.recipe)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class SFTConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(
+        None,
+        description="the model to fine-tune: a Hugging Face folder, a bundled name or a Hub id; "
+        "None: the pipeline's model.source",
+    )
+    method: Literal["full", "lora"] = "full"
+    epochs: int = Field(1, ge=1)
+    learning_rate: float = Field(2e-5, gt=0)
+    batch_size: int = Field(1, ge=1, description="sequences per forward pass")
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    max_steps_per_epoch: int | None = Field(None, ge=1, description="None: the whole dataset")
+    max_seq_len: int = Field(2048, ge=64, description="tokens per sequence")
+    overlength: Literal["truncate", "skip"] = Field(
+        "truncate", description="what happens to a longer conversation (counted either way)"
+    )
+    heldout_fraction: float = Field(
+        0.0, ge=0, lt=1, description="tasks kept out of training to measure loss before/after"
+    )
+    lora_rank: int = Field(8, ge=1)
+    lora_alpha: float = Field(16.0, gt=0)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda if present")
+    dtype: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: fp32 CPU, bf16 GPU")
+    gpus: int = Field(1, ge=1, description="more than 1: torchtune's distributed recipe")
+    activation_checkpointing: bool = Field(True, description="less memory, same speed on CPU")
+    compile: bool = False
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _gpus_need_cuda(self) -> SFTConfig:
+        if self.gpus > 1 and self.device == "cpu":
+            raise ValueError("gpus > 1 runs the distributed recipe, which needs device cuda")
+        return self

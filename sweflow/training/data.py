@@ -1,0 +1,188 @@
+"""SFT data: ``sft.jsonl`` (OpenAI messages + tools, from collect) to tokenized sequences.
+
+Nothing is dropped silently: a line that is not a usable record is named by its line number and
+skipped, a conversation longer than ``max_seq_len`` is truncated or skipped (the config says
+which), one whose tokens would drift from what the served model receives is skipped; each is
+counted in the :class:`DataReport`. Tasks are held out whole (every run of an instance goes to
+the same side), chosen by a seeded hash so the split is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweflow.errors import ConfigError
+from sweflow.training.chat import ChatEncoder, ChatTemplateError, DriftError
+
+IGNORE = -100  # the label of a token that is not trained (torchtune's CROSS_ENTROPY_IGNORE_IDX)
+
+
+class SFTDataError(ConfigError):
+    """No usable training data; the message says why and what to do."""
+
+
+@dataclass
+class DataReport:
+    """What became of each line of the data (for the stage's table and the model card)."""
+
+    lines: int = 0
+    examples: int = 0
+    heldout_examples: int = 0
+    malformed: list[str] = field(default_factory=list)  # "line N: why"
+    truncated: int = 0
+    skipped_overlength: int = 0
+    skipped_drift: int = 0
+    skipped_untrained: int = 0
+    tokens: int = 0
+    trained_tokens: int = 0
+    sources: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Example:
+    instance_id: str
+    tokens: list[int]
+    labels: list[int]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"instance_id": self.instance_id, "tokens": self.tokens, "labels": self.labels}
+        )
+
+
+def read_records(path: Path, report: DataReport) -> list[dict[str, Any]]:
+    """The usable records of a JSONL file; bad lines are named in ``report.malformed``."""
+    records = []
+    with path.open() as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            report.lines += 1
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                report.malformed.append(f"line {number}: not JSON ({exc.msg})")
+                continue
+            if why := _record_problem(record):
+                report.malformed.append(f"line {number}: {why}")
+                continue
+            records.append(record)
+    return records
+
+
+def _record_problem(record: Any) -> str | None:
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    messages = record.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "no messages"
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+        return "a message without a role"
+    if not any(m["role"] == "assistant" for m in messages):
+        return "no assistant turn to learn from"
+    tools = record.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        return "tools is not a list"
+    return None
+
+
+def is_heldout(instance_id: str, fraction: float, seed: int) -> bool:
+    """Whether a task is held out: a seeded hash below ``fraction`` (same on every machine)."""
+    if fraction <= 0:
+        return False
+    digest = hashlib.sha256(f"{seed}:{instance_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def tokenize_records(
+    records: list[dict[str, Any]],
+    encoder: ChatEncoder,
+    max_seq_len: int,
+    overlength: str,
+    report: DataReport,
+) -> list[Example]:
+    examples = []
+    for record in records:
+        try:
+            encoded = encoder.encode(record["messages"], record.get("tools"))
+        except (DriftError, ChatTemplateError) as exc:
+            report.skipped_drift += 1
+            report.malformed.append(f"{record.get('instance_id', '?')}: {exc}")
+            continue
+        tokens = encoded.tokens
+        labels = [t if keep else IGNORE for t, keep in zip(tokens, encoded.trained, strict=True)]
+        if len(tokens) > max_seq_len:
+            if overlength == "skip":
+                report.skipped_overlength += 1
+                continue
+            tokens, labels = tokens[:max_seq_len], labels[:max_seq_len]
+            report.truncated += 1
+        trained = sum(label != IGNORE for label in labels)
+        if not trained:
+            report.skipped_untrained += 1
+            continue
+        source = str(record.get("source", "model"))
+        report.sources[source] = report.sources.get(source, 0) + 1
+        report.tokens += len(tokens)
+        report.trained_tokens += trained
+        examples.append(Example(str(record.get("instance_id", "")), tokens, labels))
+    return examples
+
+
+def prepare(
+    data: Path,
+    encoder: ChatEncoder,
+    out_dir: Path,
+    *,
+    max_seq_len: int,
+    overlength: str,
+    heldout_fraction: float = 0.0,
+    seed: int = 0,
+) -> tuple[Path, Path | None, DataReport]:
+    """Tokenize ``data`` into ``out_dir``/train.jsonl (+ heldout.jsonl); the report says what
+    became of every line. Raises SFTDataError when nothing is left to train on."""
+    report = DataReport()
+    if not data.is_file():
+        raise SFTDataError(f"no SFT data at {data}")
+    records = read_records(data, report)
+    if not records:
+        raise SFTDataError(
+            f"{data} has no resolved trajectories to train on ({report.lines} lines"
+            f"{', ' + str(len(report.malformed)) + ' malformed' if report.malformed else ''}). "
+            "Collect with a stronger teacher (collect.teacher: endpoint) or with the gold "
+            "patches replayed through the agent's tools (collect.teacher: replay)."
+        )
+    examples = tokenize_records(records, encoder, max_seq_len, overlength, report)
+    held = [e for e in examples if is_heldout(e.instance_id, heldout_fraction, seed)]
+    train = [e for e in examples if not is_heldout(e.instance_id, heldout_fraction, seed)]
+    if not train:
+        raise SFTDataError(
+            f"{data}: none of its {len(records)} conversations is left to train on "
+            f"({report.skipped_overlength} over max_seq_len {max_seq_len}, {len(held)} held "
+            f"out, {report.skipped_drift} not renderable as served); raise sft.max_seq_len or "
+            "lower sft.heldout_fraction"
+        )
+    report.examples, report.heldout_examples = len(train), len(held)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    train_path = _write(out_dir / "train.jsonl", train)
+    heldout_path = _write(out_dir / "heldout.jsonl", held) if held else None
+    return train_path, heldout_path, report
+
+
+def _write(path: Path, examples: list[Example]) -> Path:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(e.to_json() + "\n" for e in examples))
+    tmp.replace(path)
+    return path
+
+
+def load_examples(path: Path) -> list[Example]:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [Example(r["instance_id"], r["tokens"], r["labels"]) for r in rows]

@@ -1,0 +1,122 @@
+"""A trained model as a Hugging Face folder: the last epoch's weights, its config, tokenizer and
+chat template, a model card and the training record, written whole or not at all.
+
+The folder is assembled beside its final place and renamed into it, so a reader (vLLM, the infer
+stage) never sees half a model: either the previous one or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from sweflow.errors import SweflowError
+
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+CARD = "README.md"
+RECORD = "sweflow_training.json"
+
+
+class OutputError(SweflowError):
+    """The recipe left no checkpoint to publish."""
+
+
+def last_epoch_dir(checkpoints: Path) -> Path:
+    epochs = sorted(
+        (p for p in checkpoints.glob("epoch_*") if p.name.split("_")[1].isdigit()),
+        key=lambda p: int(p.name.split("_")[1]),
+    )
+    if not epochs or not any(epochs[-1].glob("*.safetensors")):
+        raise OutputError(f"no epoch checkpoint with weights in {checkpoints}")
+    return epochs[-1]
+
+
+def publish(
+    checkpoints: Path, base: Path, out: Path, dtype: str, record: dict[str, Any], card: str
+) -> Path:
+    """Make ``out`` the HF folder of the last epoch; ``record`` and ``card`` go inside it."""
+    epoch = last_epoch_dir(checkpoints)
+    staging = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(epoch, staging)
+    for extra in base.iterdir():  # tokenizer, chat template, generation config, if not copied
+        if extra.is_file() and not _weights_or_card(extra.name):
+            if not (staging / extra.name).exists():
+                shutil.copy2(extra, staging / extra.name)
+    config_path = staging / "config.json"
+    config = json.loads(config_path.read_text())
+    config["dtype"] = TORCH_DTYPES[dtype]  # the weights' dtype (the copied config keeps the base's)
+    config.pop("torch_dtype", None)
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    (staging / RECORD).write_text(json.dumps(record, indent=1, default=str) + "\n")
+    (staging / CARD).write_text(card)
+    old = out.with_name(f".{out.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.rename(old)
+    staging.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def _weights_or_card(name: str) -> bool:
+    return name == CARD or name.endswith((".safetensors", ".bin", ".pt", ".index.json"))
+
+
+def model_card(
+    *, base: str, method: str, recipe: str, data_digest: str, data: dict, metrics: dict
+) -> str:
+    """The model card: Hub front matter, then what it was trained from and how."""
+    rows = "\n".join(f"| {k} | {v} |" for k, v in metrics.items())
+    return f"""---
+base_model: {base}
+library_name: transformers
+pipeline_tag: text-generation
+tags: [sweflow, swe-agent, sft, torchtune]
+---
+
+# {Path(base).name} fine-tuned on SWE agent trajectories (sweflow)
+
+Fine-tuned with torchtune's `{recipe}` ({method}) on {data.get("examples", 0)} agent
+trajectories ({data.get("trained_tokens", 0):,} trained tokens; sources: {data.get("sources")}),
+rendered with the model's own chat template exactly as the agent sends them to vLLM; loss on the
+assistant turns only.
+
+- base model: `{base}`
+- training data digest (sha256 of sft.jsonl): `{data_digest}`
+- the recipe config: `recipe.yaml` beside the training run; the record: `{RECORD}`
+
+| metric | value |
+|---|---|
+{rows}
+
+Upload with `huggingface-cli upload <org>/<name> .` from this folder.
+"""
+
+
+def plot_losses(records: list[dict], heldout: dict[str, float | None], path: Path) -> Path | None:
+    """loss.png: the training loss per step, and held-out loss before/after when measured."""
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    ax.plot([r["step"] for r in records], [r["loss"] for r in records], label="training loss")
+    before, after = heldout.get("before"), heldout.get("after")
+    if before is not None and after is not None:
+        last = records[-1]["step"]
+        ax.plot([0, last], [before, after], "o--", label="held-out loss (before, after)")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (assistant tokens)")
+    ax.set_title("SFT loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,259 @@
+"""torchtune's own recipes, run as ``tune run``: the config generated from an SFTConfig, saved
+beside the run so that a user can re-run it by hand, and the process watched until it ends.
+
+Recipes: ``full_finetune_single_device`` and ``lora_finetune_single_device`` on one device, the
+``*_distributed`` ones with ``--nproc_per_node`` on more than one GPU. On a CPU the settings that
+work are forced (fp32, a plain AdamW, no activation offloading; FACTS.md). A run that dies is
+resumed from its last epoch checkpoint when the config is unchanged, else started over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sweflow.errors import InfrastructureError, SweflowError
+from sweflow.training.architectures import checkpoint_model_type
+from sweflow.training.config import SFTConfig
+
+COMPONENTS = "sweflow.training.torchtune_components"
+LORA_MODULES = ["q_proj", "k_proj", "v_proj", "output_proj"]
+RECIPE_STATE = Path("recipe_state") / "recipe_state.pt"
+ATTEMPT = ".sweflow-attempt.json"  # the digest of the config a checkpoint directory was made by
+OOM_SIGNS = ("out of memory", "cannot allocate memory", "killed", "memoryerror")
+
+StepProgress = Callable[[int, int, dict[str, float]], None]  # (step, total steps, metrics)
+
+
+class TrainingError(SweflowError):
+    """The recipe failed; the message ends with its log's tail."""
+
+
+class TrainingKilled(TrainingError, InfrastructureError):
+    """The recipe process was killed from outside (or ran out of memory): worth a resume."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where one fine-tune reads and writes, and how it runs."""
+
+    model: Path  # the Hugging Face folder trained from
+    train_data: Path  # tokenized sequences (sweflow.training.data)
+    examples: int
+    work_dir: Path  # recipe.yaml, checkpoints/, tensorboard/, metrics.jsonl, train.log
+    device: str
+    dtype: str
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.work_dir / "checkpoints"
+
+    @property
+    def metrics(self) -> Path:
+        return self.work_dir / "metrics.jsonl"
+
+    @property
+    def log(self) -> Path:
+        return self.work_dir / "train.log"
+
+
+def resolve_device(config: SFTConfig) -> tuple[str, str]:
+    """(device, dtype): cuda when asked or present, bf16 there and fp32 on the CPU."""
+    device = config.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = config.dtype if config.dtype != "auto" else ("bf16" if device == "cuda" else "fp32")
+    return device, dtype
+
+
+def recipe_name(config: SFTConfig) -> str:
+    kind = "full_finetune" if config.method == "full" else "lora_finetune"
+    return f"{kind}_{'distributed' if config.gpus > 1 else 'single_device'}"
+
+
+def recipe_config(config: SFTConfig, plan: Plan, resume: bool) -> dict[str, Any]:
+    """The recipe's YAML config (as a mapping), from the SFT section and the plan."""
+    hf_config = json.loads((plan.model / "config.json").read_text())
+    model: dict[str, Any] = {
+        "_component_": f"{COMPONENTS}.model",
+        "config": str(plan.model / "config.json"),
+        "max_seq_len": config.max_seq_len,
+    }
+    if config.method == "lora":
+        model["lora"] = {
+            "lora_attn_modules": LORA_MODULES,
+            "apply_lora_to_mlp": True,
+            "apply_lora_to_output": False,
+            "lora_rank": config.lora_rank,
+            "lora_alpha": config.lora_alpha,
+            "lora_dropout": config.lora_dropout,
+        }
+    weights = sorted(p.name for p in plan.model.glob("*.safetensors"))
+    on_cpu = plan.device == "cpu"
+    return {
+        "output_dir": str(plan.checkpoints),
+        "model": model,
+        "tokenizer": {
+            "_component_": f"{COMPONENTS}.tokenizer",
+            "path": str(plan.model),
+            "max_seq_len": config.max_seq_len,
+        },
+        "checkpointer": {
+            "_component_": "torchtune.training.FullModelHFCheckpointer",
+            "checkpoint_dir": str(plan.model),
+            "checkpoint_files": weights,
+            "recipe_checkpoint": None,
+            "output_dir": str(plan.checkpoints),
+            "model_type": checkpoint_model_type(hf_config),
+        },
+        "resume_from_checkpoint": resume,
+        "save_adapter_weights_only": False,
+        "dataset": {"_component_": f"{COMPONENTS}.tokenized_dataset", "path": str(plan.train_data)},
+        "seed": config.seed,
+        "shuffle": True,
+        "batch_size": config.batch_size,
+        "optimizer": {
+            "_component_": "torch.optim.AdamW",
+            "lr": config.learning_rate,
+            "weight_decay": 0.0,
+            "fused": False if on_cpu else True,
+        },
+        "loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"},
+        "epochs": config.epochs,
+        "max_steps_per_epoch": config.max_steps_per_epoch,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "optimizer_in_bwd": False,
+        "clip_grad_norm": 1.0,
+        "compile": config.compile,
+        "device": plan.device,
+        "dtype": plan.dtype,
+        "enable_activation_checkpointing": config.activation_checkpointing,
+        "enable_activation_offloading": False,
+        "metric_logger": {
+            "_component_": f"{COMPONENTS}.MetricLogger",
+            "log_dir": str(plan.work_dir / "tensorboard"),
+            "jsonl": str(plan.metrics),
+        },
+        "log_every_n_steps": 1,
+        "log_peak_memory_stats": False,
+    }
+
+
+def total_steps(config: SFTConfig, examples: int) -> int:
+    """Optimizer steps of the whole run (the recipe's loader drops a last partial batch)."""
+    per_epoch = (examples // config.batch_size) // config.gradient_accumulation_steps
+    if config.max_steps_per_epoch:
+        per_epoch = min(per_epoch, config.max_steps_per_epoch)
+    return max(per_epoch, 1) * config.epochs
+
+
+def command(config: SFTConfig, config_path: Path) -> list[str]:
+    """``tune run [--nproc_per_node N] RECIPE --config FILE`` with this interpreter's torchtune."""
+    tune = [sys.executable, "-m", "torchtune._cli.tune", "run"]
+    if config.gpus > 1:
+        tune += ["--nproc_per_node", str(config.gpus)]
+    return [*tune, recipe_name(config), "--config", str(config_path)]
+
+
+def _digest(recipe: dict[str, Any]) -> str:
+    stable = {k: v for k, v in recipe.items() if k != "resume_from_checkpoint"}
+    return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()
+
+
+def prepare_checkpoints(config: SFTConfig, plan: Plan) -> Path:
+    """Write recipe.yaml; resume from a matching earlier attempt's last epoch, else start over."""
+    fresh = recipe_config(config, plan, resume=False)
+    digest = _digest(fresh)
+    attempt = plan.checkpoints / ATTEMPT
+    earlier = json.loads(attempt.read_text()).get("digest") if attempt.is_file() else None
+    resume = earlier == digest and (plan.checkpoints / RECIPE_STATE).is_file()
+    if not resume:
+        shutil.rmtree(plan.checkpoints, ignore_errors=True)
+        plan.metrics.unlink(missing_ok=True)
+        shutil.rmtree(plan.work_dir / "tensorboard", ignore_errors=True)
+    plan.checkpoints.mkdir(parents=True, exist_ok=True)
+    attempt.write_text(json.dumps({"digest": digest}))
+    path = plan.work_dir / "recipe.yaml"
+    header = f"# {recipe_name(config)}: re-run by hand with `{' '.join(command(config, path))}`\n"
+    body = yaml.safe_dump(recipe_config(config, plan, resume=resume), sort_keys=False)
+    path.write_text(header + body)
+    return path
+
+
+def run(config: SFTConfig, plan: Plan, progress: StepProgress | None = None) -> list[dict]:
+    """Run the recipe to its end; returns the per-step metrics. Ctrl-C stops it at once."""
+    config_path = prepare_checkpoints(config, plan)
+    steps = total_steps(config, plan.examples)
+    argv = command(config, config_path)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    with plan.log.open("ab") as log:
+        log.write(f"\n$ {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)  # fmt: skip
+    seen = 0
+    try:
+        while proc.poll() is None:
+            seen = _report(plan.metrics, seen, steps, progress)
+            time.sleep(0.5)
+    finally:
+        _stop(proc)
+    seen = _report(plan.metrics, seen, steps, progress)
+    if proc.returncode != 0:
+        raise _failure(proc.returncode, plan.log, config)
+    return read_metrics(plan.metrics)
+
+
+def _report(path: Path, seen: int, total: int, progress: StepProgress | None) -> int:
+    records = read_metrics(path)
+    if progress is not None:
+        for record in records[seen:]:
+            progress(int(record["step"]), total, record)
+    return len(records)
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip().endswith("}")]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End the recipe's process group (its dataloader workers too), politely then not."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _failure(code: int, log: Path, config: SFTConfig) -> TrainingError:
+    tail = log.read_text(errors="replace")[-3000:]
+    if code < 0 or any(sign in tail.lower() for sign in OOM_SIGNS):
+        return TrainingKilled(
+            f"the recipe was killed (exit {code}), most likely out of memory: lower "
+            f"sft.max_seq_len ({config.max_seq_len}) or sft.batch_size ({config.batch_size}), "
+            "keep sft.activation_checkpointing on, or use sft.method: lora; "
+            f"{log} ends:\n{tail}"
+        )
+    return TrainingError(f"the torchtune recipe failed (exit {code}); {log} ends:\n{tail}")

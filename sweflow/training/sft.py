@@ -1,0 +1,168 @@
+"""Supervised fine-tuning: golden trajectories -> a fine-tuned model folder that vLLM serves.
+
+``train_sft`` tokenizes the trajectories with the model's chat template (sweflow.training.data),
+measures the held-out loss of the base model, runs torchtune's recipe (sweflow.training.recipe),
+publishes the last epoch as a Hugging Face folder with a model card (sweflow.training.output),
+measures the held-out loss of the result through transformers (which also proves it loads), and
+plots the loss curve. A second call with the same inputs finds the published model and returns it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweflow.training import data as sft_data
+from sweflow.training import recipe
+from sweflow.training.architectures import checkpoint_model_type
+from sweflow.training.chat import ChatEncoder
+from sweflow.training.config import SFTConfig
+from sweflow.training.losses import mean_loss
+from sweflow.training.output import RECORD, model_card, plot_losses, publish
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class SFTResult:
+    """What a fine-tune produced and measured (saved as the model's sweflow_training.json)."""
+
+    model: str
+    base_model: str
+    recipe: str
+    inputs_digest: str
+    data: dict[str, Any]
+    steps: int = 0
+    final_loss: float | None = None
+    heldout_loss_before: float | None = None
+    heldout_loss_after: float | None = None
+    tokens_per_s: float | None = None
+    train_seconds: float = 0.0
+    losses: list[float] = field(default_factory=list)
+    loss_plot: str | None = None
+    recipe_config: str = ""
+    tensorboard: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def folder_digest(folder: Path) -> str:
+    """A model folder's identity: small files by content, weights by name, size and mtime (a
+    multi-GB checkpoint is not re-read on every cache check)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+        info = path.stat()
+        if info.st_size > 16 << 20:
+            digest.update(f"{path.name}:{info.st_size}:{info.st_mtime_ns}".encode())
+        else:
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def train_sft(
+    data: Path,
+    base: Path,
+    work_dir: Path,
+    out: Path,
+    config: SFTConfig,
+    *,
+    base_name: str | None = None,
+    progress: recipe.StepProgress | None = None,
+    log: Log | None = None,
+) -> SFTResult:
+    """Fine-tune ``base`` on ``data`` (sft.jsonl) into ``out``; ``work_dir`` keeps the rest."""
+    say = log or (lambda line: None)
+    checkpoint_model_type(json.loads((base / "config.json").read_text()))  # names a bad one now
+    device, dtype = recipe.resolve_device(config)
+    inputs = hashlib.sha256(
+        json.dumps([file_sha256(data), folder_digest(base), config.model_dump()]).encode()
+    ).hexdigest()
+    if (done := _published(out, inputs)) is not None:
+        say(f"already trained: {out}")
+        return done
+    say(f"tokenizing {data} with {base.name}'s chat template")
+    train_path, heldout_path, report = sft_data.prepare(
+        data, ChatEncoder(base), work_dir / "data", max_seq_len=config.max_seq_len,
+        overlength=config.overlength, heldout_fraction=config.heldout_fraction, seed=config.seed,
+    )  # fmt: skip
+    heldout = sft_data.load_examples(heldout_path) if heldout_path else []
+    result = SFTResult(
+        model=str(out),
+        base_model=base_name or str(base),
+        recipe=recipe.recipe_name(config),
+        inputs_digest=inputs,
+        data=report.to_dict(),
+    )
+    if heldout:
+        say(f"held-out loss of the base model on {len(heldout)} conversations")
+        result.heldout_loss_before = mean_loss(base, heldout)
+    plan = recipe.Plan(base, train_path, report.examples, work_dir, device, dtype)
+    say(f"{result.recipe} on {device} ({dtype}): {report.examples} conversations")
+    started = time.monotonic()
+    records = recipe.run(config, plan, progress)
+    result.train_seconds = round(time.monotonic() - started, 1)
+    _measure(result, records, report, config)
+    result.recipe_config = str(work_dir / "recipe.yaml")
+    result.tensorboard = str(work_dir / "tensorboard")
+    card = model_card(
+        base=result.base_model, method=config.method, recipe=result.recipe,
+        data_digest=file_sha256(data), data=result.data, metrics=_card_metrics(result),
+    )  # fmt: skip
+    publish(plan.checkpoints, base, out, dtype, result.to_dict(), card)
+    if heldout:
+        say("held-out loss of the fine-tuned model")
+        result.heldout_loss_after = mean_loss(out, heldout)
+    losses = {"before": result.heldout_loss_before, "after": result.heldout_loss_after}
+    plot = plot_losses(records, losses, work_dir / "loss.png")
+    result.loss_plot = str(plot) if plot else None
+    (out / RECORD).write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+    return result
+
+
+def _measure(
+    result: SFTResult, records: list[dict], report: sft_data.DataReport, config: SFTConfig
+) -> None:
+    """Steps, losses and the all-token throughput of the steady steps (the first one loads)."""
+    result.steps = len(records)
+    result.losses = [round(r["loss"], 5) for r in records]
+    result.final_loss = result.losses[-1] if records else None
+    if len(records) >= 2 and report.examples:
+        seconds = records[-1]["time"] - records[0]["time"]
+        per_step = config.batch_size * config.gradient_accumulation_steps
+        tokens = (len(records) - 1) * per_step * report.tokens / report.examples
+        result.tokens_per_s = round(tokens / seconds, 1) if seconds > 0 else None
+
+
+def _card_metrics(result: SFTResult) -> dict[str, Any]:
+    return {
+        "optimizer steps": result.steps,
+        "final training loss": result.final_loss,
+        "held-out loss before": result.heldout_loss_before,
+        "tokens/s (all tokens, steady steps)": result.tokens_per_s,
+        "training time (s)": result.train_seconds,
+    }
+
+
+def _published(out: Path, inputs: str) -> SFTResult | None:
+    """The result recorded in ``out`` when it was trained from the same inputs."""
+    try:
+        record = json.loads((out / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("inputs_digest") != inputs:
+        return None
+    return SFTResult(**record)
