@@ -40,7 +40,8 @@ def run_pipeline(config: PipelineConfig, targets: Sequence[str]) -> dict[str, di
     results: dict[str, dict] = {}
     try:
         for name in config.needed(targets):
-            upstream = {u: results[u] for u in BY_NAME[name].upstream}
+            stage = BY_NAME[name]
+            upstream = {u: results[u] for u in (*stage.upstream, *stage.after) if u in results}
             task = stage_tasks.TASKS[name].with_options(
                 result_storage=storage,
                 retries=config.retries,

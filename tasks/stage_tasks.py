@@ -74,7 +74,8 @@ def run_stage(stage: StageSpec, config: PipelineConfig, upstream: dict[str, dict
         f"- **{label}**: `{os.path.abspath(path)}`" for label, path in result.outputs.items()
     )
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.counts.items()))
-    create_markdown_artifact(f"# {name}\n\n{counts}\n\n{links}\n", key=f"{key}-report")
+    body = f"{result.markdown}\n\n" if result.markdown else ""
+    create_markdown_artifact(f"# {name}\n\n{counts}\n\n{body}{links}\n", key=f"{key}-report")
     logger.info("%s done: %s", name, counts)
     return result.to_dict()
 

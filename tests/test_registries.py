@@ -51,7 +51,8 @@ def test_every_stage_has_its_section_task_flow_and_deployment() -> None:
             assert fields[stage.key].annotation is stage.section, stage.name
         for name in stage.reads:
             assert name in fields, (stage.name, name)
-        assert set(stage.upstream) <= set(STAGE_NAMES[: STAGE_NAMES.index(stage.name)])
+        earlier = set(STAGE_NAMES[: STAGE_NAMES.index(stage.name)])
+        assert {*stage.upstream, *stage.after} <= earlier, stage.name
         assert stage.name in stage_tasks.TASKS
         assert getattr(stage_flows, stage.name).name == stage.flow_name
         assert f"flows/stage_flows.py:{stage.name}" in entrypoints, (
@@ -62,9 +63,13 @@ def test_every_stage_has_its_section_task_flow_and_deployment() -> None:
 
 def test_needed_and_forced_follow_the_declared_upstream() -> None:
     config = load_pipeline_config(DEMO_CONFIG)
-    assert config.needed(["evaluate"]) == ["build_envs", "validate_envs", "infer", "evaluate"]
+    chain = ["build_envs", "validate_envs", "collect_trajectories", "sft", "infer", "evaluate"]
+    assert config.needed(["evaluate"]) == chain  # infer serves the run's fine-tuned model
+    no_training = config.model_copy(update={"stages": ["build_envs", "infer", "evaluate"]})
+    assert no_training.needed(["evaluate"]) == ["build_envs", "validate_envs", "infer", "evaluate"]
     forced = config.model_copy(update={"force": ["validate_envs"]}).forced()
-    assert forced == {"validate_envs", "collect_trajectories", "infer", "evaluate"}
+    assert forced == set(chain[1:])
+    assert config.model_copy(update={"force": ["sft"]}).forced() == {"sft", "infer", "evaluate"}
     assert config.model_copy(update={"force": ["evaluate"]}).forced() == {"evaluate"}
 
 

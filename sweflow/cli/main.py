@@ -15,6 +15,7 @@ from sweflow.cli.pipeline import pipeline_app
 from sweflow.cli.sandbox import sandbox_app
 from sweflow.cli.serve import model_app, serve_command
 from sweflow.cli.synth import synth
+from sweflow.cli.train import train_app
 
 app = App(help="sweflow: build, validate and grade SWE environments; train and evaluate agents.")
 app.add_typer(sandbox_app, name="sandbox")
@@ -22,6 +23,7 @@ app.add_typer(env_app, name="env")
 app.add_typer(bench_app, name="bench")
 app.add_typer(model_app, name="model")
 app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(train_app, name="train")
 app.command("collect")(collect_command)
 app.command("infer")(infer_command)
 app.command("serve")(serve_command)

@@ -52,18 +52,19 @@ class PipelineBase(Section):
         return self.envs.store or self.run_dir / "store"
 
     def needed(self, targets: Sequence[str]) -> list[str]:
-        """The targets and every stage they read from, in pipeline order."""
+        """The targets and every stage they read from, in pipeline order: their upstream, and
+        their ``after`` stages that the config's ``stages`` include (the run's trained model)."""
         needed = set(targets)
         for stage in reversed(STAGES):
             if stage.name in needed:
-                needed |= set(stage.upstream)
+                needed |= set(stage.upstream) | (set(stage.after) & set(self.stages))
         return [name for name in STAGE_NAMES if name in needed]
 
     def forced(self) -> set[str]:
         """The forced stages and every stage downstream of one."""
         forced = set(self.force)
         for stage in STAGES:  # pipeline order: upstream stages come first
-            if forced & set(stage.upstream):
+            if forced & {*stage.upstream, *stage.after}:
                 forced.add(stage.name)
         return forced
 

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweflow.pipeline.sections import CollectSection, EvalSection, InferSection, Section
+from sweflow.pipeline.sections import (
+    CollectSection,
+    EvalSection,
+    InferSection,
+    Section,
+    SFTSection,
+)
 
 
 @dataclass(frozen=True)
@@ -24,15 +30,18 @@ class StageSpec:
     """One stage: what it is called, what runs it, what it reads.
 
     ``run`` is ``module:function``, imported only when the stage runs. ``upstream`` are the
-    stages whose outputs it reads (forcing one forces this one). ``reads`` are the shared config
-    sections its cache key covers; its own ``section`` (a field named ``key`` of the pipeline
-    config) is covered too. ``serves_model`` stages get the run's lazily started vLLM server.
+    stages whose outputs it reads (running it runs them; forcing one forces this one); ``after``
+    are stages whose outputs it reads when they are part of the run (the newest trained model),
+    without pulling them in. ``reads`` are the shared config sections its cache key covers; its
+    own ``section`` (a field named ``key`` of the pipeline config) is covered too.
+    ``serves_model`` stages get the run's lazily started vLLM server.
     """
 
     name: str
     run: str
     description: str
     upstream: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
     section: type[Section] | None = None
     key: str | None = None
@@ -70,9 +79,14 @@ STAGES: tuple[StageSpec, ...] = (
               "Graded agent runs on validated tasks; the resolved ones become SFT data.",
               upstream=("validate_envs",), reads=("model", "agent", "sandbox", "split"),
               section=CollectSection, key="collect", serves_model=True),
+    StageSpec("sft", f"{_STAGES}.sft:sft",
+              "Fine-tune the model on the collected trajectories (torchtune).",
+              upstream=("collect_trajectories",), reads=("model",), section=SFTSection,
+              key="sft"),
     StageSpec("infer", f"{_STAGES}.agents:infer",
-              "One agent run per task with the configured model; writes preds.json.",
-              upstream=("validate_envs",), reads=("model", "agent", "sandbox", "split"),
+              "One agent run per eval task with the newest model of the run; writes preds.json.",
+              upstream=("validate_envs",), after=("sft",),
+              reads=("model", "agent", "sandbox", "split"),
               section=InferSection, key="infer", serves_model=True),
     StageSpec("evaluate", f"{_STAGES}.evaluate:evaluate",
               "Grade preds.json like swebench's run_evaluation (same files, same summary).",

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sweflow.agent.config import AgentConfig, SamplingConfig, ServedTeacher, Teacher
 from sweflow.sandbox.backends import DEFAULT_BACKEND, BackendName
 from sweflow.serving.models import DEFAULT_MODEL
+from sweflow.training.config import SFTConfig
 
 
 class Section(BaseModel):
@@ -105,6 +106,10 @@ class CollectSection(Section):
     )
     rollouts: int = Field(1, ge=1, description="runs per task")
     limit: int | None = Field(2, ge=1, description="tasks used (None: all in the train split)")
+
+
+class SFTSection(SFTConfig, Section):
+    """The library's SFTConfig; ``model: null`` fine-tunes the pipeline's ``model.source``."""
 
 
 class InferSection(Section):

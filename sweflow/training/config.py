@@ -19,6 +19,10 @@ class SFTConfig(BaseModel):
     method: Literal["full", "lora"] = "full"
     epochs: int = Field(1, ge=1)
     learning_rate: float = Field(2e-5, gt=0)
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="after the warmup: constant, or a cosine decay to 0"
+    )
+    warmup_steps: int = Field(0, ge=0)
     batch_size: int = Field(1, ge=1, description="sequences per forward pass")
     gradient_accumulation_steps: int = Field(1, ge=1)
     max_steps_per_epoch: int | None = Field(None, ge=1, description="None: the whole dataset")

@@ -10,6 +10,7 @@ resumed from its last epoch checkpoint when the config is unchanged, else starte
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ import yaml
 from sweflow.errors import InfrastructureError, SweflowError
 from sweflow.training.architectures import checkpoint_model_type
 from sweflow.training.config import SFTConfig
+from sweflow.training.output import OutputError, last_epoch_dir
 
 COMPONENTS = "sweflow.training.torchtune_components"
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "output_proj"]
@@ -95,7 +97,7 @@ def recipe_config(config: SFTConfig, plan: Plan, resume: bool) -> dict[str, Any]
         "max_seq_len": config.max_seq_len,
     }
     if config.method == "lora":
-        model["lora"] = {
+        model |= {
             "lora_attn_modules": LORA_MODULES,
             "apply_lora_to_mlp": True,
             "apply_lora_to_output": False,
@@ -104,6 +106,9 @@ def recipe_config(config: SFTConfig, plan: Plan, resume: bool) -> dict[str, Any]
             "lora_dropout": config.lora_dropout,
         }
     weights = sorted(p.name for p in plan.model.glob("*.safetensors"))
+    if resume and config.method == "full":  # 0.6.1 reads them from output_dir then
+        last = last_epoch_dir(plan.checkpoints)
+        weights = sorted(f"{last.name}/{p.name}" for p in last.glob("*.safetensors"))
     on_cpu = plan.device == "cpu"
     return {
         "output_dir": str(plan.checkpoints),
@@ -132,6 +137,11 @@ def recipe_config(config: SFTConfig, plan: Plan, resume: bool) -> dict[str, Any]
             "lr": config.learning_rate,
             "weight_decay": 0.0,
             "fused": False if on_cpu else True,
+        },
+        "lr_scheduler": {  # num_cycles 0: cos(0) = 1 after the warmup, a constant rate
+            "_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
+            "num_warmup_steps": config.warmup_steps,
+            "num_cycles": 0.5 if config.lr_schedule == "cosine" else 0.0,
         },
         "loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"},
         "epochs": config.epochs,
@@ -181,7 +191,7 @@ def prepare_checkpoints(config: SFTConfig, plan: Plan) -> Path:
     digest = _digest(fresh)
     attempt = plan.checkpoints / ATTEMPT
     earlier = json.loads(attempt.read_text()).get("digest") if attempt.is_file() else None
-    resume = earlier == digest and (plan.checkpoints / RECIPE_STATE).is_file()
+    resume = earlier == digest and _keep_completed_epochs(plan.checkpoints)
     if not resume:
         shutil.rmtree(plan.checkpoints, ignore_errors=True)
         plan.metrics.unlink(missing_ok=True)
@@ -195,6 +205,27 @@ def prepare_checkpoints(config: SFTConfig, plan: Plan) -> Path:
     return path
 
 
+def _keep_completed_epochs(checkpoints: Path) -> bool:
+    """Whether an earlier attempt left an epoch to resume from: the one its recipe state
+    records as done. Later epoch folders (a save cut short) are removed."""
+    state = checkpoints / RECIPE_STATE
+    if not state.is_file():
+        return False
+    import torch
+
+    try:
+        done = int(torch.load(state, map_location="cpu", weights_only=True)["epochs_run"])
+    except Exception:  # written halfway when the attempt died: start over
+        return False
+    for epoch in checkpoints.glob("epoch_*"):
+        if epoch.name.split("_")[-1].isdigit() and int(epoch.name.split("_")[-1]) >= done:
+            shutil.rmtree(epoch)
+    try:
+        return last_epoch_dir(checkpoints).name == f"epoch_{done - 1}"
+    except OutputError:
+        return False
+
+
 def run(config: SFTConfig, plan: Plan, progress: StepProgress | None = None) -> list[dict]:
     """Run the recipe to its end; returns the per-step metrics. Ctrl-C stops it at once."""
     config_path = prepare_checkpoints(config, plan)
@@ -205,7 +236,7 @@ def run(config: SFTConfig, plan: Plan, progress: StepProgress | None = None) -> 
         log.write(f"\n$ {' '.join(argv)}\n".encode())
         log.flush()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)  # fmt: skip
+                                start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
     seen = 0
     try:
         while proc.poll() is None:
@@ -219,6 +250,13 @@ def run(config: SFTConfig, plan: Plan, progress: StepProgress | None = None) -> 
     return read_metrics(plan.metrics)
 
 
+def die_with_parent() -> None:
+    """In the child: be killed when the process that started it dies (PR_SET_PDEATHSIG), so a
+    trainer killed outright never leaves its recipe writing checkpoints behind it."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
 def _report(path: Path, seen: int, total: int, progress: StepProgress | None) -> int:
     records = read_metrics(path)
     if progress is not None:
@@ -228,10 +266,15 @@ def _report(path: Path, seen: int, total: int, progress: StepProgress | None) ->
 
 
 def read_metrics(path: Path) -> list[dict]:
+    """The per-step records, one per step: a step run again after a resume counts once, as
+    its last run."""
     if not path.is_file():
         return []
     lines = path.read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip().endswith("}")]
+    by_step = {}
+    for record in (json.loads(line) for line in lines if line.strip().endswith("}")):
+        by_step[record["step"]] = record
+    return [by_step[step] for step in sorted(by_step)]
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -9,10 +9,12 @@ plots the loss curve. A second call with the same inputs finds the published mod
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,32 @@ def train_sft(
     """Fine-tune ``base`` on ``data`` (sft.jsonl) into ``out``; ``work_dir`` keeps the rest."""
     say = log or (lambda line: None)
     checkpoint_model_type(json.loads((base / "config.json").read_text()))  # names a bad one now
+    with work_lock(work_dir):
+        return _train(data, base, work_dir, out, config, base_name, progress, say)
+
+
+@contextlib.contextmanager
+def work_lock(work_dir: Path) -> Iterator[None]:
+    """One trainer at a time in a work directory (a second one is refused, not interleaved)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with (work_dir / ".lock").open("w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise recipe.TrainingError(f"another training run is using {work_dir}") from None
+        yield
+
+
+def _train(
+    data: Path,
+    base: Path,
+    work_dir: Path,
+    out: Path,
+    config: SFTConfig,
+    base_name: str | None,
+    progress: recipe.StepProgress | None,
+    say: Log,
+) -> SFTResult:
     device, dtype = recipe.resolve_device(config)
     inputs = hashlib.sha256(
         json.dumps([file_sha256(data), folder_digest(base), config.model_dump()]).encode()

@@ -25,12 +25,14 @@ from torchtune.training.metric_logging import MetricLoggerInterface, TensorBoard
 from sweflow.training.architectures import torchtune_arguments
 
 
-def model(config: str, lora: dict[str, Any] | None = None, max_seq_len: int = 2048):
-    """The torchtune model of the HF ``config.json`` at ``config`` (with LoRA when given)."""
+def model(config: str, max_seq_len: int = 2048, **lora: Any):
+    """The torchtune model of the HF ``config.json`` at ``config``; LoRA when ``lora`` holds its
+    settings (lora_rank, lora_alpha, lora_attn_modules...: the LoRA recipes read them from the
+    model's config section, beside the component)."""
     builder, kwargs = torchtune_arguments(
-        json.loads(Path(config).read_text()), max_seq_len, lora is not None
+        json.loads(Path(config).read_text()), max_seq_len, bool(lora)
     )
-    return builder(**kwargs, **(lora or {}))
+    return builder(**kwargs, **lora)
 
 
 class PadOnlyTokenizer:

@@ -108,6 +108,17 @@ def _teacher_options(
     return kept, {"model": None, "tool_mode": mode, "client_for": client_for}
 
 
+TRAINING_STAGES = ("rl", "sft")  # newest first
+
+
+def newest_model(upstream: dict[str, dict]) -> Path | None:
+    """The model folder of the run's last training stage (RL, else SFT), None for the base."""
+    for stage in TRAINING_STAGES:
+        if stage in upstream:
+            return Path(upstream[stage]["outputs"]["model"])
+    return None
+
+
 def _trajectory_rows(out_dir: Path) -> list[dict]:
     rows = []
     for path in sorted((out_dir / "trajectories").glob("*/run-*.json")):
@@ -154,7 +165,9 @@ def infer(ctx: StageContext) -> StageResult:
     config = ctx.config
     rows = _split_rows(ctx, "eval", config.infer.limit)
     out = config.run_dir / "infer"
-    model, mode = ctx.model_servers().endpoint(config.model, config.agent, config.run_dir)
+    trained = newest_model(ctx.upstream)
+    servers = ctx.model_servers()
+    model, mode = servers.endpoint(config.model, config.agent, config.run_dir, trained)
     name = config.model.name
     summary = _run_job(
         ctx, out, len(rows), lambda batch: agent_jobs.infer(rows, batch, name),
@@ -168,4 +181,5 @@ def infer(ctx: StageContext) -> StageResult:
         outputs,
         {"tasks": summary.tasks, "submitted": summary.submitted, "steps": summary.steps},
         _trajectory_rows(out),
+        f"Served model: `{trained or config.model.source}`.",
     )

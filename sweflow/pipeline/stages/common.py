@@ -58,6 +58,7 @@ class StageResult:
     outputs: dict[str, str] = field(default_factory=dict)  # name -> path
     counts: dict[str, int] = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)  # one table row per instance/run
+    markdown: str = ""  # what the stage has to say beyond its counts (its report's body)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,0 +1,93 @@
+"""``sweflow train sft``: fine-tune a model on golden trajectories with torchtune."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sweflow.cli.common import App, console
+
+train_app = App(help="Train models on agent trajectories: SFT with torchtune.")
+
+
+@train_app.command("sft")
+def train_sft_command(
+    data: Path = typer.Option(..., "--data", help="sft.jsonl from `sweflow collect`."),
+    model: str = typer.Option(
+        "smollm2-135m-instruct",
+        "--model",
+        "-m",
+        help="A Hugging Face folder, a bundled model name, or a Hub id: org/name or "
+        "org/name@revision.",
+    ),
+    out: Path = typer.Option(..., "--out", "-o", help="Run folder; the model goes to OUT/model."),
+    method: str = typer.Option("full", "--method", help="full or lora."),
+    epochs: int = typer.Option(1, "--epochs", help="Passes over the data."),
+    learning_rate: float = typer.Option(2e-5, "--lr", help="AdamW learning rate."),
+    batch_size: int = typer.Option(1, "--batch-size", help="Sequences per step."),
+    max_seq_len: int = typer.Option(2048, "--max-seq-len", help="Tokens per sequence."),
+    max_steps: int = typer.Option(None, "--max-steps", help="Steps per epoch (default: all)."),
+    heldout: float = typer.Option(
+        0.0, "--heldout", help="Fraction of tasks kept out to measure loss before/after."
+    ),
+    settings: list[str] = typer.Option(
+        [], "--set", help="Any SFTConfig field, e.g. --set lora_rank=16 --set dtype=bf16."
+    ),
+) -> None:
+    """Fine-tune MODEL on DATA with torchtune's own recipe; serve OUT/model with `sweflow serve`.
+
+    Examples:
+      sweflow train sft --data runs/collect/sft.jsonl -o runs/sft
+      sweflow train sft --data sft.jsonl -m Qwen/Qwen2.5-0.5B-Instruct --method lora -o runs/q
+    """
+    from pydantic import ValidationError
+
+    from sweflow.configfile import apply_overrides, describe
+    from sweflow.errors import ConfigError
+    from sweflow.serving import resolve_model
+    from sweflow.training.config import SFTConfig
+    from sweflow.training.sft import train_sft
+
+    fields = dict(method=method, epochs=epochs, learning_rate=learning_rate,
+                  batch_size=batch_size, max_seq_len=max_seq_len, max_steps_per_epoch=max_steps,
+                  heldout_fraction=heldout, model=model)  # fmt: skip
+    try:
+        config = SFTConfig(**apply_overrides(fields, settings, ConfigError))
+    except ValidationError as exc:
+        raise ConfigError(f"sft options: {describe(exc)}") from None
+    if not data.is_file():
+        raise ConfigError(f"--data {data}: no such file")
+    with console.status(f"resolving model {model}"):
+        base = resolve_model(model)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:  # fmt: skip
+        task = bar.add_task("sft: preparing", total=None)
+
+        def on_step(step: int, total: int, metrics: dict) -> None:
+            bar.update(task, completed=step, total=total,
+                       description=f"sft: loss {metrics['loss']:.4f}")  # fmt: skip
+
+        result = train_sft(data, base, out, out / "model", config, base_name=model,
+                           progress=on_step, log=lambda line: bar.console.log(line))  # fmt: skip
+    table = Table(title="sweflow train sft")
+    for column in ("examples", "steps", "final loss", "held-out loss", "tokens/s", "seconds"):
+        table.add_column(column, justify="right")
+    held = result.heldout_loss_before, result.heldout_loss_after
+    table.add_row(
+        str(result.data["examples"]),
+        str(result.steps),
+        f"{result.final_loss:.4f}" if result.final_loss is not None else "-",
+        f"{held[0]:.4f} -> {held[1]:.4f}" if None not in held else "-",
+        str(result.tokens_per_s or "-"),
+        str(result.train_seconds),
+    )
+    console.print(table)
+    skipped = {k: result.data[k] for k in ("truncated", "skipped_overlength", "skipped_drift")}
+    console.print(f"data: {result.data['lines']} lines, {skipped}", highlight=False)
+    for line in result.data["malformed"]:
+        console.print(f"[yellow]skipped:[/] {line}", highlight=False)
+    for name in ("model", "recipe_config", "loss_plot", "tensorboard"):
+        console.print(f"{name}: {getattr(result, name)}", highlight=False)

@@ -1,0 +1,66 @@
+"""``sft``: the collected golden trajectories fine-tune the run's model (torchtune)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweflow.pipeline.stages.common import StageContext, StageResult
+from sweflow.serving import resolve_model
+from sweflow.training.config import SFTConfig
+from sweflow.training.sft import SFTResult, train_sft
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sft(ctx: StageContext) -> StageResult:
+    """Fine-tune ``sft.model`` (default: ``model.source``) on collect's sft.jsonl."""
+    config = ctx.config
+    data = Path(ctx.upstream["collect_trajectories"]["outputs"]["openai"])
+    reference = config.sft.model or config.model.source
+    base = resolve_model(reference, cache=config.run_dir / "models")
+    work = config.run_dir / "sft"
+    settings = SFTConfig(**config.sft.model_dump())
+
+    def on_step(step: int, total: int, metrics: dict) -> None:
+        ctx.progress(step, total, f"step {step}: loss {metrics['loss']:.4f}")
+
+    result = train_sft(data, base, work, work / "model", settings, base_name=reference,
+                       progress=on_step)  # fmt: skip
+    report = result.data
+    counts = {
+        "examples": report["examples"],
+        "heldout": report["heldout_examples"],
+        "steps": result.steps,
+        "truncated": report["truncated"],
+        "skipped": report["skipped_overlength"] + report["skipped_drift"],
+        "malformed lines": len(report["malformed"]),
+    }
+    rows = [{"step": i + 1, "loss": loss} for i, loss in enumerate(result.losses)]
+    outputs = {"model": result.model, "recipe": result.recipe_config,
+               "tensorboard": result.tensorboard, "loss_plot": result.loss_plot or ""}  # fmt: skip
+    return StageResult("sft", result.inputs_digest, outputs, counts, rows, report_markdown(result))
+
+
+def report_markdown(result: SFTResult) -> str:
+    """The stage's Markdown report: what was trained, the loss curve in words and signs."""
+    losses = result.losses
+    curve = ""
+    if losses:
+        low, high = min(losses), max(losses)
+        span = (high - low) or 1.0
+        curve = "".join(SPARKS[int((x - low) / span * (len(SPARKS) - 1))] for x in losses)
+    held = (result.heldout_loss_before, result.heldout_loss_after)
+    held_text = (
+        f"held-out loss {held[0]:.4f} -> {held[1]:.4f}" if None not in held else "no held-out set"
+    )
+    data = result.data
+    return (
+        f"Fine-tuned `{result.base_model}` with torchtune's `{result.recipe}` on "
+        f"{data['examples']} conversations ({data['trained_tokens']:,} trained tokens, "
+        f"{data['truncated']} truncated, {data['skipped_overlength']} skipped as too long, "
+        f"{len(data['malformed'])} malformed lines skipped).\n\n"
+        f"Training loss over {result.steps} steps: `{curve}` "
+        f"({losses[0] if losses else '-'} -> {result.final_loss}); {held_text}; "
+        f"{result.tokens_per_s} tokens/s.\n\n"
+        f"Loss curve: `{result.loss_plot}` (TensorBoard: `{result.tensorboard}`)."
+    )

@@ -1,0 +1,167 @@
+"""SFT for real: torchtune's own recipe on the CPU, on golden trajectories replayed in real
+sandboxes, with SmolLM2 cut to two layers so that a step takes seconds. The checkpoint is
+reloaded by transformers and its loss on the training data must drop; a run killed after its
+first epoch resumes from it; bad data is named and counted, never silently dropped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sweflow.cli import app
+from sweflow.training import data as sft_data
+from sweflow.training.architectures import ArchitectureError, checkpoint_model_type
+from sweflow.training.chat import ChatEncoder
+from sweflow.training.config import SFTConfig
+from sweflow.training.data import IGNORE, SFTDataError
+from sweflow.training.losses import mean_loss
+from sweflow.training.sft import train_sft
+
+pytestmark = pytest.mark.timeout(900)
+FAST = {"max_seq_len": 1024, "learning_rate": 5e-4, "activation_checkpointing": False}
+
+
+@pytest.fixture(scope="module")
+def sft_jsonl(demo_replays) -> Path:
+    return demo_replays[1] / "sft.jsonl"
+
+
+def test_a_few_steps_lower_the_loss_and_the_checkpoint_loads(tiny_smollm2, sft_jsonl, tmp_path):
+    config = SFTConfig(**FAST, max_steps_per_epoch=4)
+    steps = []
+    result = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", config,
+                       progress=lambda step, total, m: steps.append((step, total)))  # fmt: skip
+    assert steps == [(1, 3), (2, 3), (3, 3)]  # 3 conversations, batch 1: 3 steps in the epoch
+    train = sft_data.load_examples(tmp_path / "data" / "train.jsonl")
+    before, after = mean_loss(tiny_smollm2, train), mean_loss(tmp_path / "model", train)
+    print(f"loss on the training data: {before:.4f} -> {after:.4f}")
+    assert after < before
+    model = tmp_path / "model"
+    config_json = json.loads((model / "config.json").read_text())
+    assert config_json["dtype"] == "float32" and config_json["num_hidden_layers"] == 2
+    card = (model / "README.md").read_text()
+    assert "base_model:" in card and "full_finetune_single_device" in card
+    record = json.loads((model / "sweflow_training.json").read_text())
+    assert record["steps"] == 3 and record["data"]["sources"] == {"replay": 3}
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert (tmp_path / "loss.png").read_bytes().startswith(b"\x89PNG")
+    recipe = (tmp_path / "recipe.yaml").read_text()
+    assert recipe.startswith("# full_finetune_single_device: re-run by hand with `")
+    assert "device: cpu" in recipe and "dtype: fp32" in recipe
+    again = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", config)
+    assert again.inputs_digest == result.inputs_digest and again.steps == 3  # found, not re-run
+
+
+def test_lora_trains_and_publishes_merged_weights(tiny_smollm2, sft_jsonl, tmp_path):
+    config = SFTConfig(**FAST, method="lora", lora_rank=4, max_steps_per_epoch=2)
+    result = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", config)
+    assert result.recipe == "lora_finetune_single_device" and result.steps == 2
+    train = sft_data.load_examples(tmp_path / "data" / "train.jsonl")
+    assert mean_loss(tmp_path / "model", train) < mean_loss(tiny_smollm2, train)
+
+
+def test_a_killed_run_resumes_from_its_last_epoch(tiny_smollm2, sft_jsonl, tmp_path):
+    settings = {**FAST, "epochs": 3, "max_steps_per_epoch": 2}
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from sweflow.training.config import SFTConfig\n"
+        "from sweflow.training.sft import train_sft\n"
+        "d = Path(sys.argv[1])\n"
+        f"train_sft(Path({str(sft_jsonl)!r}), Path({str(tiny_smollm2)!r}), d, d / 'model', "
+        f"SFTConfig(**{settings!r}))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], start_new_session=True)
+    deadline = time.monotonic() + 600
+    # step 3 is the first of epoch 1: epoch 0 is saved, epoch 1's save is a step away
+    while len(metrics(tmp_path)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)  # the trainer only: its recipe process must die with it
+    proc.wait()
+    assert len(metrics(tmp_path)) == 3, "the run did not reach epoch 1"
+    assert not (tmp_path / "model").exists()  # nothing half-written is published
+    time.sleep(1.0)
+    assert len(metrics(tmp_path)) == 3  # the recipe died with its parent: no step after
+    result = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model",
+                       SFTConfig(**settings))  # fmt: skip
+    assert "resume_from_checkpoint: true" in (tmp_path / "recipe.yaml").read_text()
+    assert (tmp_path / "train.log").read_text().count("$ ") == 2
+    assert [r["step"] for r in metrics(tmp_path)] == [1, 2, 3, 3, 4, 5, 6]  # epoch 1 again
+    assert result.steps == 6 and (tmp_path / "model" / "config.json").is_file()
+
+
+def metrics(work: Path) -> list[dict]:
+    path = work / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+# -- data: every line accounted for --------------------------------------------------------------
+def test_bad_lines_are_named_and_overlength_is_counted(tiny_smollm2, sft_jsonl, tmp_path):
+    good = sft_jsonl.read_text().splitlines()
+    data = tmp_path / "sft.jsonl"
+    lines = [good[0], "{not json", '{"messages": []}', good[1],
+             '{"messages": [{"role": "user", "content": "hi"}]}']  # fmt: skip
+    data.write_text("\n".join(lines) + "\n")
+    encoder = ChatEncoder(tiny_smollm2)
+    _, _, report = sft_data.prepare(data, encoder, tmp_path / "a", max_seq_len=8192,
+                                    overlength="truncate")  # fmt: skip
+    assert report.lines == 5 and report.examples == 2
+    assert [m.split(":")[0] for m in report.malformed] == ["line 2", "line 3", "line 5"]
+    assert "no assistant turn" in report.malformed[2]
+    lengths = sorted(len(e.tokens) for e in sft_data.load_examples(tmp_path / "a" / "train.jsonl"))
+    limit = (lengths[0] + lengths[1]) // 2  # the shorter fits, the longer does not
+    _, _, cut = sft_data.prepare(data, encoder, tmp_path / "b", max_seq_len=limit,
+                                 overlength="truncate")  # fmt: skip
+    _, _, skipped = sft_data.prepare(data, encoder, tmp_path / "c", max_seq_len=limit,
+                                     overlength="skip")  # fmt: skip
+    assert (cut.examples, cut.truncated) == (2, 1)
+    assert (skipped.examples, skipped.skipped_overlength) == (1, 1)
+    rows = sft_data.load_examples(tmp_path / "b" / "train.jsonl")
+    assert all(len(r.tokens) <= limit and any(label != IGNORE for label in r.labels) for r in rows)
+    with pytest.raises(SFTDataError, match=f"2 over max_seq_len {lengths[0] - 1}"):
+        sft_data.prepare(data, encoder, tmp_path / "d", max_seq_len=lengths[0] - 1,
+                         overlength="skip")  # fmt: skip
+
+
+def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):
+    empty = tmp_path / "sft.jsonl"
+    empty.write_text("")
+    with pytest.raises(SFTDataError, match="no resolved trajectories.*teacher: replay"):
+        train_sft(empty, tiny_smollm2, tmp_path, tmp_path / "model", SFTConfig())
+    result = CliRunner().invoke(
+        app, ["train", "sft", "--data", str(empty), "-m", str(tiny_smollm2), "-o", str(tmp_path)]
+    )
+    assert result.exit_code == 2 and "no resolved trajectories" in result.output
+
+
+def test_an_architecture_torchtune_cannot_build_is_named(tmp_path):
+    with pytest.raises(ArchitectureError, match="model_type 'gpt2' \\(GPT2LMHeadModel\\)"):
+        checkpoint_model_type({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})
+    base = {"model_type": "llama", "num_attention_heads": 9, "hidden_size": 576}
+    assert checkpoint_model_type(base) == "LLAMA3_2"
+    with pytest.raises(ArchitectureError, match="RoPE scaling 'yarn'"):
+        checkpoint_model_type({**base, "rope_scaling": {"rope_type": "yarn", "factor": 4}})
+
+
+def test_assistant_turns_alone_are_trained(tiny_smollm2, sft_jsonl):
+    record = json.loads(sft_jsonl.read_text().splitlines()[0])
+    encoder = ChatEncoder(tiny_smollm2)
+    encoded = encoder.encode(record["messages"], record.get("tools"))
+    trained = [t for t, keep in zip(encoded.tokens, encoded.trained, strict=True) if keep]
+    text = encoder.tokenizer.decode(trained)
+    replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+    assert text == "".join(f"{reply}<|im_end|>" for reply in replies)
+    for i, length in zip(
+        [i for i, m in enumerate(record["messages"]) if m["role"] == "assistant"],
+        encoded.prompt_lengths,
+        strict=True,
+    ):
+        assert encoded.tokens[:length] == encoder.prompt_tokens(record["messages"][:i])
