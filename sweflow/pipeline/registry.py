@@ -34,7 +34,9 @@ class StageSpec:
     are stages whose outputs it reads when they are part of the run (the newest trained model),
     without pulling them in. ``reads`` are the shared config sections its cache key covers; its
     own ``section`` (a field named ``key`` of the pipeline config) is covered too.
-    ``serves_model`` stages get the run's lazily started vLLM server.
+    ``serves_model`` stages get the run's lazily started vLLM server. ``inputs``
+    (``module:function(config) -> dict``) adds what else its result depends on to its cache key
+    (a model folder's digest).
     """
 
     name: str
@@ -46,6 +48,7 @@ class StageSpec:
     section: type[Section] | None = None
     key: str | None = None
     serves_model: bool = False
+    inputs: str | None = None
 
     @property
     def flow_name(self) -> str:
@@ -57,14 +60,21 @@ class StageSpec:
         return (*self.reads, self.key) if self.key else self.reads
 
     def function(self) -> Callable[..., Any]:
-        module, _, attr = self.run.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return _load(self.run)
+
+    def extra_inputs(self, config: Any) -> dict[str, Any]:
+        return _load(self.inputs)(config) if self.inputs else {}
 
     def source_file(self) -> Path:
         """The file that defines the stage (found without importing it), for cache keys."""
         spec = importlib.util.find_spec(self.run.partition(":")[0])
         assert spec is not None and spec.origin is not None, self.run
         return Path(spec.origin)
+
+
+def _load(path: str) -> Callable[..., Any]:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 _STAGES = "sweflow.pipeline.stages"
@@ -82,7 +92,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("sft", f"{_STAGES}.sft:sft",
               "Fine-tune the model on the collected trajectories (torchtune).",
               upstream=("collect_trajectories",), reads=("model",), section=SFTSection,
-              key="sft"),
+              key="sft", inputs=f"{_STAGES}.sft:base_model_digest"),
     StageSpec("infer", f"{_STAGES}.agents:infer",
               "One agent run per eval task with the newest model of the run; writes preds.json.",
               upstream=("validate_envs",), after=("sft",),

@@ -93,6 +93,7 @@ def stage_inputs(config: PipelineConfig, stage: str, upstream: list[dict]) -> di
     if "dataset" in spec.reads:
         inputs["dataset"] = file_digest(config.dataset.path)
         inputs["specs"] = file_digest(config.dataset.specs_path())
+    inputs.update(spec.extra_inputs(config))
     return inputs
 
 

@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sweflow.pipeline.stages.common import StageContext, StageResult
 from sweflow.serving import resolve_model
 from sweflow.training.config import SFTConfig
-from sweflow.training.sft import SFTResult, train_sft
+from sweflow.training.sft import SFTResult, folder_digest, train_sft
+
+if TYPE_CHECKING:
+    from sweflow.pipeline.config import PipelineConfig
 
 SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def base_model(config: PipelineConfig) -> tuple[str, Path]:
+    """(the reference, the folder) of the model to fine-tune: ``sft.model``, else the run's."""
+    reference = config.sft.model or config.model.source
+    return reference, resolve_model(reference, cache=config.run_dir / "models")
+
+
+def base_model_digest(config: PipelineConfig) -> dict[str, str]:
+    """The stage's cache key has the base model's content, not only its name."""
+    return {"base_model": folder_digest(base_model(config)[1])}
 
 
 def sft(ctx: StageContext) -> StageResult:
     """Fine-tune ``sft.model`` (default: ``model.source``) on collect's sft.jsonl."""
     config = ctx.config
     data = Path(ctx.upstream["collect_trajectories"]["outputs"]["openai"])
-    reference = config.sft.model or config.model.source
-    base = resolve_model(reference, cache=config.run_dir / "models")
+    reference, base = base_model(config)
     work = config.run_dir / "sft"
     settings = SFTConfig(**config.sft.model_dump())
 

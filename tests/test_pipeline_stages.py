@@ -1,0 +1,95 @@
+"""The pipeline's stages run as the Prefect tasks run them, without Prefect: build, validate,
+collect with the replay teacher on the train split, and SFT of a real (two-layer) SmolLM2, on six
+demo tasks offline. (The Prefect side: tests/test_pipeline_prefect.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sweflow.pipeline.config import PipelineConfig
+from sweflow.pipeline.registry import BY_NAME
+from sweflow.pipeline.stages.agents import newest_model
+from sweflow.pipeline.stages.common import (
+    StageContext,
+    StageError,
+    load_tasks,
+    split_tasks,
+    stage_inputs,
+)
+
+DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
+pytestmark = pytest.mark.timeout(1200)
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory, wheelhouse: Path, tiny_smollm2: Path) -> PipelineConfig:
+    rows = [json.loads(line) for line in DEMO.read_text().splitlines()]
+    ids = [r["instance_id"] for repo in ("parse", "cachetools", "toolz")
+           for r in [r for r in rows if r["repo"] == f"pypi/{repo}"][:2]]  # fmt: skip
+    return PipelineConfig(
+        name="stages",
+        run_dir=tmp_path_factory.mktemp("run"),
+        dataset={"path": DEMO, "instances": ids},
+        envs={"wheelhouse": wheelhouse},
+        model={"source": str(tiny_smollm2), "name": "tiny"},
+        split={"by": "repo", "eval": ["pypi/toolz"]},
+        collect={"teacher": "replay", "limit": None},
+        sft={
+            "max_steps_per_epoch": 2,
+            "learning_rate": 5e-4,
+            "max_seq_len": 1024,
+            "activation_checkpointing": False,
+        },  # fmt: skip
+    )
+
+
+def run(config: PipelineConfig, names: list[str]) -> dict[str, dict]:
+    results: dict[str, dict] = {}
+    progress: list[str] = []
+    for name in names:
+        stage = BY_NAME[name]
+        upstream = {u: results[u] for u in (*stage.upstream, *stage.after) if u in results}
+        ctx = StageContext(config, upstream, lambda done, total, what: progress.append(what))
+        results[name] = stage.function()(ctx).to_dict()
+    return results
+
+
+@pytest.fixture(scope="module")
+def results(config) -> dict[str, dict]:
+    return run(config, ["build_envs", "validate_envs", "collect_trajectories", "sft"])
+
+
+def test_collect_replays_the_train_split_only(config, results) -> None:
+    split = json.loads((config.run_dir / "split.json").read_text())
+    assert split["by"] == "repo" and split["eval_names"] == ["pypi/toolz"]
+    assert len(split["train"]) == 4 and all("toolz" in i for i in split["eval"])
+    collected = results["collect_trajectories"]
+    assert collected["counts"]["kept"] == collected["counts"]["runs"] == 4
+    records = [json.loads(line) for line in Path(collected["outputs"]["openai"]).open()]
+    assert {r["instance_id"] for r in records} == set(split["train"])
+    assert {(r["source"], r["tool_mode"]) for r in records} == {("replay", "text")}
+
+
+def test_sft_trains_the_run_model_and_infer_would_serve_it(config, results) -> None:
+    sft = results["sft"]
+    model = Path(sft["outputs"]["model"])
+    assert (model / "config.json").is_file() and Path(sft["outputs"]["loss_plot"]).is_file()
+    assert sft["counts"]["examples"] == 4 and sft["counts"]["steps"] == 2
+    assert [row["step"] for row in sft["rows"]] == [1, 2]
+    assert "torchtune's `full_finetune_single_device`" in sft["markdown"]
+    assert newest_model({"sft": sft}) == model and newest_model({}) is None
+    collected = results["collect_trajectories"]
+    inputs = stage_inputs(config, "sft", [collected])
+    assert inputs["base_model"] and inputs["upstream"] == [collected["digest"]]
+
+
+def test_a_split_naming_nothing_is_refused(config, results) -> None:
+    rows_path = Path(results["validate_envs"]["outputs"]["dataset"])
+    rows = load_tasks(config, rows_path)
+    split = {"by": "repo", "eval": ["pypi/nope"]}
+    wrong = PipelineConfig(**{**config.model_dump(), "split": split})
+    with pytest.raises(StageError, match=r"split.eval names repositories .*'pypi/nope'"):
+        split_tasks(wrong, rows)
