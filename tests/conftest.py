@@ -262,14 +262,7 @@ def tiny_smollm2(smollm2: Path) -> Path:
 def demo_replays(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
     """Three demo tasks built offline, and their replayed golden trajectories (text mode):
     ``(GradingData, collect folder with sft.jsonl)``."""
-    import asyncio
-
-    from sweflow.agent import AgentConfig, Batch
-    from sweflow.agent.jobs import collect
-    from sweflow.agent.replay import replay_clients
-    from sweflow.agent.runner import grade_with
-    from sweflow.envcache.builder import instance_sandbox_spec
-    from sweflow.grading import Grader
+    from sweflow.agent.jobs import replay_collect
     from sweflow.grading.dataset import GradingData
 
     demo = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
@@ -278,18 +271,6 @@ def demo_replays(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
     data.instances = data.sample(3)
     assert not [r for r in data.build() if r.status == "error"]
     out = tmp_path_factory.mktemp("replays")
-    client_for, skipped = replay_clients(data.instances, "text", data.specs)
-    assert not skipped
-    grader = Grader(store, data.specs)
-
-    def spec_for(row):
-        return instance_sandbox_spec(data.builder.store, row.instance_id)
-
-    async def run():
-        batch = Batch(client=None, client_for=client_for, agent=AgentConfig(tool_mode="text"),
-                      out_dir=out, grade=grade_with(grader), spec_for=spec_for)  # fmt: skip
-        return await collect(data.instances, batch)
-
-    summary = asyncio.run(run())
+    summary = replay_collect(data.instances, store=store, specs=data.specs, out_dir=out)
     assert summary.kept == 3, summary
     return data, out

@@ -4,14 +4,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sweflow.agent.config import ToolMode
 from sweflow.agent.export import write_predictions, write_sft
 from sweflow.agent.runner import Batch
 from sweflow.agent.trajectory import Trajectory
+from sweflow.envcache.specs import SpecTable
 from sweflow.instances import Instance
 
 
@@ -75,3 +78,40 @@ async def infer(rows: list[Instance], batch: Batch, model_name: str) -> JobSumma
     }
     summary.outputs["summary"] = str(summary.save(batch.out_dir / "summary.json"))
     return summary
+
+
+def replay_collect(
+    rows: list[Instance],
+    *,
+    store: Path,
+    specs: SpecTable,
+    out_dir: Path,
+    tool_mode: ToolMode = "text",
+    backend: str = "local",
+    max_open_sandboxes: int = 4,
+) -> JobSummary:
+    """``collect`` with the replay teacher on built rows: each gold patch played through the
+    agent's tools and graded (golden trajectories without a model). Rows that cannot be replayed
+    raise, naming them."""
+    from sweflow.agent.config import AgentConfig
+    from sweflow.agent.replay import ReplayError, replay_clients
+    from sweflow.agent.runner import grade_with
+    from sweflow.envcache.builder import instance_sandbox_spec
+    from sweflow.envcache.store import LayerStore
+    from sweflow.grading import Grader
+
+    client_for, skipped = replay_clients(rows, tool_mode, specs)
+    if skipped:
+        raise ReplayError("; ".join(skipped.values()))
+    layers = LayerStore(store)
+    batch = Batch(
+        client=None,
+        client_for=client_for,
+        agent=AgentConfig(tool_mode=tool_mode),
+        out_dir=out_dir,
+        spec_for=lambda row: instance_sandbox_spec(layers, row.instance_id),
+        max_open_sandboxes=max_open_sandboxes,
+        backend=backend,
+        grade=grade_with(Grader(store, specs, backend=backend)),
+    )
+    return asyncio.run(collect(rows, batch))

@@ -143,3 +143,18 @@ def bench_reward(
         progress=_progress,
     )
     _emit(report, json_out)
+
+
+@bench_app.command("sft")
+def bench_sft(
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+    quick: bool = typer.Option(False, help="6 steps on 8 train tasks (for CI); else 16 on 24."),
+) -> None:
+    """SFT throughput and memory: torchtune's recipe vs TRL's SFTTrainer; held-out loss.
+
+    Example:
+      sweflow bench sft --json --quick
+    """
+    from sweflow.bench.sft import run
+
+    _emit(run(quick=quick, progress=_progress), json_out)

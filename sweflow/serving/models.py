@@ -15,6 +15,7 @@ import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 
 from sweflow.errors import SweflowError
@@ -100,8 +101,8 @@ def gguf_to_hf(gguf: Path, out: Path) -> Path:
 def prepare_model(name: str, out: Path, cache: Path | None = None) -> Path:
     """Make the Hugging Face folder of a known model at ``out`` (no work if it is there).
 
-    The conversion needs torch and transformers: it runs in the serving interpreter (see
-    :func:`serving_python`) when that is not this one.
+    The conversion needs torch, transformers and gguf: it runs here when they are installed
+    (the ``train`` extra), else in the serving interpreter (see :func:`serving_python`).
     """
     if name not in KNOWN_MODELS:
         raise ModelPrepareError(f"unknown model {name!r}; known: {', '.join(KNOWN_MODELS)}")
@@ -109,7 +110,7 @@ def prepare_model(name: str, out: Path, cache: Path | None = None) -> Path:
         return out
     gguf = fetch_gguf(KNOWN_MODELS[name], cache or cache_root() / "models")
     python = serving_python()
-    if python == sys.executable:
+    if python == sys.executable or all(find_spec(m) for m in ("torch", "transformers", "gguf")):
         return gguf_to_hf(gguf, out)
     done = subprocess.run(
         [python, "-m", "sweflow.serving.models", str(gguf), str(out)],

@@ -226,8 +226,16 @@ def _keep_completed_epochs(checkpoints: Path) -> bool:
         return False
 
 
-def run(config: SFTConfig, plan: Plan, progress: StepProgress | None = None) -> list[dict]:
-    """Run the recipe to its end; returns the per-step metrics. Ctrl-C stops it at once."""
+@dataclass
+class Outcome:
+    """A finished recipe run: its per-step metrics and the recipe process's peak RSS."""
+
+    records: list[dict]
+    peak_rss_mb: float
+
+
+def run(config: SFTConfig, plan: Plan, progress: StepProgress | None = None) -> Outcome:
+    """Run the recipe to its end. Ctrl-C (or any error here) stops it at once."""
     config_path = prepare_checkpoints(config, plan)
     steps = total_steps(config, plan.examples)
     argv = command(config, config_path)
@@ -237,17 +245,30 @@ def run(config: SFTConfig, plan: Plan, progress: StepProgress | None = None) -> 
         log.flush()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
-    seen = 0
+    seen, peak = 0, 0.0
     try:
         while proc.poll() is None:
             seen = _report(plan.metrics, seen, steps, progress)
+            peak = max(peak, high_water_mb(proc.pid))
             time.sleep(0.5)
     finally:
         _stop(proc)
     seen = _report(plan.metrics, seen, steps, progress)
     if proc.returncode != 0:
         raise _failure(proc.returncode, plan.log, config)
-    return read_metrics(plan.metrics)
+    return Outcome(read_metrics(plan.metrics), round(peak, 1))
+
+
+def high_water_mb(pid: int) -> float:
+    """A live process's peak resident memory so far (VmHWM), in MB; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def die_with_parent() -> None:

@@ -44,6 +44,7 @@ class SFTResult:
     heldout_loss_before: float | None = None
     heldout_loss_after: float | None = None
     tokens_per_s: float | None = None
+    peak_rss_mb: float = 0.0
     train_seconds: float = 0.0
     losses: list[float] = field(default_factory=list)
     loss_plot: str | None = None
@@ -141,8 +142,10 @@ def _train(
     plan = recipe.Plan(base, train_path, report.examples, work_dir, device, dtype)
     say(f"{result.recipe} on {device} ({dtype}): {report.examples} conversations")
     started = time.monotonic()
-    records = recipe.run(config, plan, progress)
+    outcome = recipe.run(config, plan, progress)
+    records = outcome.records
     result.train_seconds = round(time.monotonic() - started, 1)
+    result.peak_rss_mb = outcome.peak_rss_mb
     _measure(result, records, report, config)
     result.recipe_config = str(work_dir / "recipe.yaml")
     result.tensorboard = str(work_dir / "tensorboard")
@@ -181,6 +184,7 @@ def _card_metrics(result: SFTResult) -> dict[str, Any]:
         "final training loss": result.final_loss,
         "held-out loss before": result.heldout_loss_before,
         "tokens/s (all tokens, steady steps)": result.tokens_per_s,
+        "peak RSS of the recipe (MB)": result.peak_rss_mb,
         "training time (s)": result.train_seconds,
     }
 
