@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import stat
 from pathlib import Path
 
@@ -223,6 +224,41 @@ def grading_data(grading_dataset):
 
 
 # -- models and golden trajectories for the training tests (tests/test_training_*.py) ----------
+
+
+@contextlib.contextmanager
+def sweflow_serve(model: Path, name: str, log_dir: Path):
+    """`sweflow serve` of ``model`` in a child process until the block ends (SIGINT, by PID):
+    yields (base URL, its stdout file, the process) once vLLM is healthy."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from sweflow.serving.vllm import healthy
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = log_dir / f"serve-{name}.out"
+    argv = [sys.executable, "-m", "sweflow.cli", "serve", "--model", str(model)]
+    argv += ["--port", str(port), "--served-name", name, "--max-model-len", "4096"]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "400"}
+        )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 900
+        while not healthy(url):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "vLLM was not healthy within 900 s"
+            time.sleep(2)
+        yield url, log, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
 
 
 @pytest.fixture(scope="session")

@@ -63,3 +63,29 @@ def test_server_that_exits_early_reports_its_log(tmp_path: Path) -> None:
 def test_model_prepare_rejects_unknown_names(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["model", "prepare", "gpt-5", "--out", str(tmp_path / "m")])
     assert result.exit_code == 2 and "unknown model 'gpt-5'" in result.output
+
+
+def test_models_resolve_from_a_folder_or_the_hub_cache_offline(tmp_path, monkeypatch) -> None:
+    """A Hub id is resolved by huggingface_hub from its cache (no network with HF_HUB_OFFLINE):
+    the snapshot of the main ref, or of a pinned revision."""
+    from sweflow.serving import ModelPrepareError, resolve_model
+
+    cache = tmp_path / "hub"
+    repo = cache / "models--acme--tiny-coder"
+    for commit, note in (("a" * 40, "main"), ("b" * 40, "pinned")):
+        snapshot = repo / "snapshots" / commit
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text(json.dumps({"model_type": "llama", "note": note}))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    main = resolve_model("acme/tiny-coder")
+    assert json.loads((main / "config.json").read_text())["note"] == "main"
+    pinned = resolve_model(f"acme/tiny-coder@{'b' * 40}")
+    assert json.loads((pinned / "config.json").read_text())["note"] == "pinned"
+    assert resolve_model(main) == main  # a folder is itself
+    with pytest.raises(ModelPrepareError, match="acme/missing@main: HF_HUB_OFFLINE is set"):
+        resolve_model("acme/missing")
+    with pytest.raises(ModelPrepareError, match="not a Hugging Face folder"):
+        resolve_model("no such thing")

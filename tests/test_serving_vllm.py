@@ -11,19 +11,20 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import cache_root
+from conftest import cache_root, sweflow_serve
 from typer.testing import CliRunner
 
 from sweflow.agent.trajectory import Trajectory
 from sweflow.cli import app
 from sweflow.serving.vllm import healthy
+from sweflow.training.chat import ChatEncoder
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -46,34 +47,41 @@ def model_dir() -> Path:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(model_dir: Path, tmp_path_factory):
     """`sweflow serve` in a child process; yields (base URL, its stdout file, the process)."""
-    port, log = free_port(), tmp_path_factory.mktemp("serve") / "serve.out"
-    argv = [sys.executable, "-m", "sweflow.cli", "serve", "--model", str(model_dir)]
-    argv += ["--port", str(port), "--served-name", "smollm2", "--max-model-len", "4096"]
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "400"}
-        )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 900
-        while not healthy(url):
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "vLLM was not healthy within 900 s"
-            time.sleep(2)
-        yield url, log, proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=120)
+    with sweflow_serve(model_dir, "smollm2", tmp_path_factory.mktemp("serve")) as server:
+        yield server
+
+
+def test_training_tokens_are_the_tokens_the_served_model_receives(
+    served, model_dir, demo_replays
+) -> None:
+    """For every assistant turn of real replayed trajectories, vLLM's own tokenization of the
+    conversation so far (its /tokenize, with the generation prompt, exactly what the chat
+    endpoint feeds the model) equals the training sequence's tokens up to that turn."""
+    url = served[0].removesuffix("/v1")
+    encoder = ChatEncoder(model_dir)
+    checked = 0
+    for line in (demo_replays[1] / "sft.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        encoded = encoder.encode(record["messages"], record.get("tools"))
+        turns = [i for i, m in enumerate(record["messages"]) if m["role"] == "assistant"]
+        for turn, length in zip(turns, encoded.prompt_lengths, strict=True):
+            body = {"model": "smollm2", "messages": record["messages"][:turn],
+                    "add_generation_prompt": True}  # fmt: skip
+            served_tokens = post_json(f"{url}/tokenize", body)["tokens"]
+            assert served_tokens == encoded.tokens[:length], (record["instance_id"], turn)
+            checked += 1
+    print(f"{checked} prompts: training tokens == served tokens")
+    assert checked >= 9
+
+
+def post_json(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return json.loads(reply.read())
 
 
 def test_smollm2_on_vllm_cpu_runs_the_agent_end_to_end(

@@ -31,6 +31,7 @@ class JobSummary:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     steps: int = 0
+    valid_steps: int = 0  # replies that parsed into an action
     exit_statuses: dict[str, int] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
 
@@ -45,6 +46,7 @@ class JobSummary:
             prompt_tokens=sum(t.prompt_tokens for t in trajectories),
             completion_tokens=sum(t.completion_tokens for t in trajectories),
             steps=sum(len(t.steps) for t in trajectories),
+            valid_steps=sum(not s.format_error for t in trajectories for s in t.steps),
             exit_statuses=dict(Counter(t.exit_status for t in trajectories).most_common()),
         )
 

@@ -158,3 +158,18 @@ def bench_sft(
     from sweflow.bench.sft import run
 
     _emit(run(quick=quick, progress=_progress), json_out)
+
+
+@bench_app.command("sft-served")
+def bench_sft_served(
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+    quick: bool = typer.Option(False, help="4 eval and 2 train tasks, 8 SFT steps."),
+) -> None:
+    """Base vs fine-tuned SmolLM2 served by vLLM: valid actions, submissions, resolve rate.
+
+    Example:
+      sweflow bench sft-served --json --quick
+    """
+    from sweflow.bench.sft_served import run
+
+    _emit(run(quick=quick, progress=_progress), json_out)

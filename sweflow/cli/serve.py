@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -9,13 +10,15 @@ import typer
 
 from sweflow.cli.common import App, console
 from sweflow.paths import cache_root
-from sweflow.serving import ServeConfig, prepare_model, vllm_server
+from sweflow.serving import ServeConfig, prepare_model, resolve_model, vllm_server
 
 model_app = App(help="Model folders: prepare the embedded default model.")
 
 
 def serve_command(
-    model: Path = typer.Option(..., "--model", help="A Hugging Face model folder."),
+    model: str = typer.Option(
+        ..., "--model", help="A Hugging Face folder, a bundled model name, or a Hub id."
+    ),
     port: int = typer.Option(8000, "--port", help="Port to listen on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     served_name: str = typer.Option(None, "--served-name", help="Model name (default: folder)."),
@@ -25,9 +28,16 @@ def serve_command(
     ),
     log: Path = typer.Option(None, "--log", help="vLLM's log (default: in the cache)."),
 ) -> None:
-    """Run vLLM's OpenAI-compatible server until Ctrl-C, then stop it (by PID)."""
+    """Run vLLM's OpenAI-compatible server until Ctrl-C, then stop it (by PID).
+
+    Examples:
+      sweflow serve --model runs/sft/model --port 8000
+      sweflow serve --model HuggingFaceTB/SmolLM2-135M-Instruct --served-name smollm2
+    """
+    with console.status(f"resolving model {model}"):
+        folder = resolve_model(model)
     cfg = ServeConfig(
-        model=model,
+        model=folder,
         served_name=served_name,
         host=host,
         port=port,
@@ -35,6 +45,9 @@ def serve_command(
         tool_parser=None if tool_parser == "none" else tool_parser,
     )
     log_path = log or cache_root() / "serve" / f"{cfg.name}-{port}.log"
+    # Ctrl-C and SIGTERM both stop vLLM by PID (a shell may start us with SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     console.print(f"starting vLLM for {model}; log: {log_path}", highlight=False)
     with vllm_server(cfg, log_path, progress=lambda line: console.print(line, highlight=False)):
         console.print(f"[green]serving[/] {cfg.name} at {cfg.base_url} (Ctrl-C stops it)")
@@ -43,6 +56,10 @@ def serve_command(
                 time.sleep(3600)
         except KeyboardInterrupt:
             console.print("stopping vLLM")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @model_app.command("prepare")

@@ -158,8 +158,11 @@ def _from_hub(repo_id: str, revision: str | None) -> Path:
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    cache = os.environ.get("HF_HUB_CACHE")  # read now, not when huggingface_hub was imported
     try:
-        folder = snapshot_download(repo_id, revision=revision, local_files_only=offline)
+        folder = snapshot_download(
+            repo_id, revision=revision, cache_dir=cache, local_files_only=offline
+        )
     except LocalEntryNotFoundError as exc:
         where = "HF_HUB_OFFLINE is set and it is not in the cache" if offline else str(exc)
         raise ModelPrepareError(f"model {repo_id}@{revision or 'main'}: {where}") from None
