@@ -108,6 +108,21 @@ class ChatEncoder:
             lengths.append(len(alone))
         return Encoded(tokens, trained, lengths)
 
+    def continuation(
+        self, through: Messages, later: Messages, tools: Messages | None, *, ended: bool
+    ) -> str:
+        """The text that follows an assistant turn's generated tokens up to the next generation
+        prompt: the template's framing of ``later`` (observations). Only framing and new text;
+        the turn's own tokens are what the model generated, never rendered again. ``ended``
+        says the generation stopped on the end-of-turn token (else the framing adds it)."""
+        rendered = self.render(through, tools, prompt=False)
+        end = self._turn_end(rendered, 0)
+        eos_at = end - len(self.end_of_turn) if rendered[:end].endswith(self.end_of_turn) else end
+        following = self.render([*through, *later], tools, prompt=True)
+        if not following.startswith(rendered[:end]):
+            raise DriftError("the chat template renders the assistant turn differently in context")
+        return following[end:] if ended else following[eos_at:]
+
     def _turn_end(self, through: str, start: int) -> int:
         """Where the assistant turn's emitted text ends: after its end-of-turn token, before the
         whitespace the template adds between turns."""

@@ -34,13 +34,13 @@ def last_epoch_dir(checkpoints: Path) -> Path:
 
 
 def publish(
-    checkpoints: Path, base: Path, out: Path, dtype: str, record: dict[str, Any], card: str
+    source: Path, base: Path, out: Path, dtype: str, record: dict[str, Any], card: str
 ) -> Path:
-    """Make ``out`` the HF folder of the last epoch; ``record`` and ``card`` go inside it."""
-    epoch = last_epoch_dir(checkpoints)
+    """Make ``out`` the HF folder of ``source`` (a trainer's last checkpoint), with what it lacks
+    from ``base`` (tokenizer, chat template), ``record`` and ``card``."""
     staging = out.with_name(f".{out.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(epoch, staging)
+    shutil.copytree(source, staging)
     for extra in base.iterdir():  # tokenizer, chat template, generation config, if not copied
         if extra.is_file() and not _weights_or_card(extra.name):
             if not (staging / extra.name).exists():
@@ -65,34 +65,26 @@ def _weights_or_card(name: str) -> bool:
     return name == CARD or name.endswith((".safetensors", ".bin", ".pt", ".index.json"))
 
 
-def model_card(
-    *, base: str, method: str, recipe: str, data_digest: str, data: dict, metrics: dict
-) -> str:
-    """The model card: Hub front matter, then what it was trained from and how."""
+def model_card(*, base: str, tags: list[str], title: str, summary: str, metrics: dict) -> str:
+    """A model card: Hub front matter, what it was trained from and how, its figures."""
     rows = "\n".join(f"| {k} | {v} |" for k, v in metrics.items())
     return f"""---
 base_model: {base}
 library_name: transformers
 pipeline_tag: text-generation
-tags: [sweflow, swe-agent, sft, torchtune]
+tags: [{", ".join(["sweflow", "swe-agent", *tags])}]
 ---
 
-# {Path(base).name} fine-tuned on SWE agent trajectories (sweflow)
+# {title}
 
-Fine-tuned with torchtune's `{recipe}` ({method}) on {data.get("examples", 0)} agent
-trajectories ({data.get("trained_tokens", 0):,} trained tokens; sources: {data.get("sources")}),
-rendered with the model's own chat template exactly as the agent sends them to vLLM; loss on the
-assistant turns only.
-
-- base model: `{base}`
-- training data digest (sha256 of sft.jsonl): `{data_digest}`
-- the recipe config: `recipe.yaml` beside the training run; the record: `{RECORD}`
+{summary}
 
 | metric | value |
 |---|---|
 {rows}
 
-Upload with `huggingface-cli upload <org>/<name> .` from this folder.
+The training record: `{RECORD}`. Upload with `huggingface-cli upload <org>/<name> .` from this
+folder.
 """
 
 

@@ -25,7 +25,7 @@ from sweflow.training.architectures import checkpoint_model_type
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.config import SFTConfig
 from sweflow.training.losses import mean_loss
-from sweflow.training.output import RECORD, model_card, plot_losses, publish
+from sweflow.training.output import RECORD, last_epoch_dir, model_card, plot_losses, publish
 
 Log = Callable[[str], None]
 
@@ -149,11 +149,8 @@ def _train(
     _measure(result, records, report, config)
     result.recipe_config = str(work_dir / "recipe.yaml")
     result.tensorboard = str(work_dir / "tensorboard")
-    card = model_card(
-        base=result.base_model, method=config.method, recipe=result.recipe,
-        data_digest=file_sha256(data), data=result.data, metrics=_card_metrics(result),
-    )  # fmt: skip
-    publish(plan.checkpoints, base, out, dtype, result.to_dict(), card)
+    publish(last_epoch_dir(plan.checkpoints), base, out, dtype, result.to_dict(),
+            _card(result, config, file_sha256(data)))  # fmt: skip
     if heldout:
         say("held-out loss of the fine-tuned model")
         result.heldout_loss_after = mean_loss(out, heldout)
@@ -176,6 +173,21 @@ def _measure(
         per_step = config.batch_size * config.gradient_accumulation_steps
         tokens = (len(records) - 1) * per_step * report.tokens / report.examples
         result.tokens_per_s = round(tokens / seconds, 1) if seconds > 0 else None
+
+
+def _card(result: SFTResult, config: SFTConfig, data_digest: str) -> str:
+    data = result.data
+    summary = (
+        f"{Path(result.base_model).name} fine-tuned with torchtune's `{result.recipe}` "
+        f"({config.method}) on {data['examples']} SWE agent trajectories "
+        f"({data['trained_tokens']:,} trained tokens; sources: {data['sources']}), rendered with "
+        "the model's own chat template exactly as the agent sends them to vLLM; loss on the "
+        f"assistant turns only. Base model: `{result.base_model}`; training data digest (sha256 of "
+        f"sft.jsonl): `{data_digest}`; the recipe config: `recipe.yaml` beside the training run."
+    )
+    return model_card(base=result.base_model, tags=["sft", "torchtune"],
+                      title=f"{Path(result.base_model).name}, SFT (sweflow)", summary=summary,
+                      metrics=_card_metrics(result))  # fmt: skip
 
 
 def _card_metrics(result: SFTResult) -> dict[str, Any]:

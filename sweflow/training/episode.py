@@ -1,0 +1,247 @@
+"""One RL rollout, whatever the trainer: an episode of the sweflow agent in a fresh sandbox of the
+task's cached environment, its patch graded by the harness-identical grader.
+
+The policy is reached token in, token out. :class:`TokenStream` plays the model in the agent's
+own loop (same tools, templates and limits as collect and infer): it keeps the episode as one
+token sequence, appends exactly the tokens the policy generated (``mask`` 1) and, after each
+turn, the chat template's framing of the observations (``mask`` 0), computed from the template,
+never by re-encoding generated text. So the tokens trained are the tokens sampled.
+
+Rewards: 1 when the task is resolved, else 0, minus ``format_error_penalty`` per reply that
+parsed into no action. An episode the machinery failed (the sandbox would not start or died, the
+model backend failed, the grading errored or ran past ``reward_timeout_s``) has no reward: it
+is retried up to ``infra_retries`` times, then reported as an infrastructure failure, which the
+trainers drop from the batch rather than train on as a 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweflow.agent.client import (
+    Completion,
+    ContextLengthError,
+    ModelError,
+    ModelUnavailableError,
+)
+from sweflow.agent.config import AgentConfig
+from sweflow.agent.loop import run_agent
+from sweflow.agent.trajectory import INFRA_FAILURES, Trajectory
+from sweflow.errors import SweflowError, is_infrastructure
+from sweflow.instances import Instance
+from sweflow.sandbox import SandboxSpec, open_sandbox
+from sweflow.training.chat import ChatEncoder, DriftError
+from sweflow.training.rl_config import RLConfig
+
+# (context token ids, most tokens to generate) -> (generated ids, their log-probabilities)
+Generate = Callable[[list[int], int], Awaitable[tuple[list[int], list[float]]]]
+HERMES_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+
+
+class TokenStream:
+    """The policy as the agent loop's model, for one episode (a ChatModel)."""
+
+    source = "policy"
+
+    def __init__(self, name: str, encoder: ChatEncoder, generate: Generate, rl: RLConfig) -> None:
+        self.name, self.encoder, self.generate, self.rl = name, encoder, generate, rl
+        self.prompt_ids: list[int] = []
+        self.response_ids: list[int] = []
+        self.mask: list[int] = []
+        self.logprobs: list[float] = []
+        self.generation_s = 0.0
+        self._through: list[dict[str, Any]] = []  # the messages up to the last generated turn
+        self._ended = True  # the last turn stopped on its end-of-turn token
+        self._tools: list[dict[str, Any]] | None = None
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(self.mask)
+
+    async def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> Completion:
+        if not self.prompt_ids:
+            self._tools = tools
+            self.prompt_ids = self.encoder.prompt_tokens(messages, tools)
+            if len(self.prompt_ids) > self.rl.max_prompt_length:
+                raise ContextLengthError(
+                    f"the first prompt has {len(self.prompt_ids)} tokens, over "
+                    f"rl.max_prompt_length ({self.rl.max_prompt_length})"
+                )
+        else:
+            later = messages[len(self._through) :]
+            try:
+                text = self.encoder.continuation(self._through, later, tools, ended=self._ended)
+            except DriftError as exc:  # the episode cannot be kept token-exact: not trainable
+                raise ModelError(str(exc)) from None
+            self._append(self.encoder.tokenize(text), trained=False)
+        budget = self.rl.max_response_length - len(self.response_ids)
+        if budget <= 0:
+            raise ContextLengthError("the episode used its rl.max_response_length tokens")
+        context = self.prompt_ids + self.response_ids
+        began = time.perf_counter()
+        try:
+            new, logprobs = await self.generate(context, min(self.rl.max_tokens_per_turn, budget))
+        except SweflowError:
+            raise
+        except Exception as exc:  # the generation backend failed: an infrastructure failure
+            raise ModelUnavailableError(f"policy generation failed: {exc}") from exc
+        latency = time.perf_counter() - began
+        self.generation_s += latency
+        self._append(new, trained=True, logprobs=logprobs)
+        eos = self.encoder.tokenizer.eos_token_id
+        self._ended = bool(new) and new[-1] == eos
+        text = self.encoder.tokenizer.decode(new[:-1] if self._ended else new)
+        message = parse_reply(text, tools)
+        self._through = [*messages, message]
+        return Completion(message, len(context), len(new), latency,
+                          "stop" if self._ended else "length")  # fmt: skip
+
+    def _append(self, ids: list[int], *, trained: bool, logprobs: list[float] | None = None):
+        self.response_ids += ids
+        self.mask += [int(trained)] * len(ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
+    async def close(self) -> None:
+        return None
+
+
+def parse_reply(text: str, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The assistant message of a generated text: with tools, its hermes-style
+    ``<tool_call>{...}</tool_call>`` blocks become tool calls (as vLLM's parser makes them)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if not tools:
+        return message
+    calls = []
+    for i, raw in enumerate(HERMES_CALL.findall(text)):
+        try:
+            call = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        arguments = call.get("arguments", {})
+        calls.append({"id": f"call_{uuid.uuid4().hex[:8]}_{i}", "type": "function",
+                      "function": {"name": str(call.get("name", "")),
+                                   "arguments": json.dumps(arguments)}})  # fmt: skip
+    if calls:
+        message["content"] = HERMES_CALL.sub("", text).strip() or None
+        message["tool_calls"] = calls
+    return message
+
+
+@dataclass
+class Episode:
+    """A finished rollout: its tokens, mask and log-probabilities, reward and what it cost."""
+
+    instance_id: str
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    reward: float | None = None  # None: an infrastructure failure (dropped from the batch)
+    resolved: bool = False
+    infra_failure: str = ""
+    exit_status: str = ""
+    steps: int = 0
+    valid_steps: int = 0
+    generation_s: float = 0.0
+    env_s: float = 0.0  # sandbox open, tool execution, diff, grading
+    wall_s: float = 0.0
+    attempts: int = 1
+    trajectory: Trajectory | None = None
+
+
+@dataclass
+class EpisodeEnv:
+    """Where episodes run and how they are judged."""
+
+    spec_for: Callable[[Instance], SandboxSpec]
+    grade: Callable[[Instance, str], Awaitable[Any]]  # async: a RewardResult
+    agent: AgentConfig
+    backend: str = "local"
+
+
+async def run_episode(
+    instance: Instance,
+    env: EpisodeEnv,
+    encoder: ChatEncoder,
+    generate: Generate,
+    rl: RLConfig,
+    name: str = "policy",
+) -> Episode:
+    """One rollout with retries of infrastructure failures; never raises for those."""
+    episode = Episode(instance.instance_id)
+    for attempt in range(rl.infra_retries + 1):
+        episode = await _attempt(instance, env, encoder, generate, rl, name)
+        episode.attempts = attempt + 1
+        if not episode.infra_failure:
+            break
+    return episode
+
+
+async def _attempt(instance, env, encoder, generate, rl, name) -> Episode:
+    began = time.perf_counter()
+    stream = TokenStream(name, encoder, generate, rl)
+    episode = Episode(instance.instance_id)
+    agent = env.agent.model_copy(update={"max_observation_chars": rl.max_observation_chars})
+    try:
+        sandbox = await asyncio.to_thread(open_sandbox, env.spec_for(instance), env.backend)
+    except SweflowError as exc:
+        episode.infra_failure = f"sandbox: {exc}"
+        return _finish(episode, stream, began)
+    async with sandbox:
+        traj = await run_agent(instance, sandbox, stream, agent)
+    episode.trajectory = traj
+    episode.exit_status = traj.exit_status
+    episode.steps = len(traj.steps)
+    episode.valid_steps = sum(not s.format_error for s in traj.steps)
+    if traj.exit_status in INFRA_FAILURES:
+        episode.infra_failure = f"{traj.exit_status}: {traj.error}"
+        return _finish(episode, stream, began)
+    try:
+        result = await asyncio.wait_for(env.grade(instance, traj.patch), rl.reward_timeout_s)
+    except TimeoutError:
+        episode.infra_failure = f"grading ran past {rl.reward_timeout_s:.0f} s"
+        return _finish(episode, stream, began)
+    except Exception as exc:
+        if not is_infrastructure(exc) and not isinstance(exc, SweflowError):
+            raise
+        episode.infra_failure = f"grading: {exc}"
+        return _finish(episode, stream, began)
+    if getattr(result, "infrastructure", False):
+        episode.infra_failure = f"grading: {result.reason}"
+        return _finish(episode, stream, began)
+    episode.resolved = bool(result.resolved)
+    penalty = rl.format_error_penalty * (episode.steps - episode.valid_steps)
+    episode.reward = float(episode.resolved) - penalty
+    traj.reward = {"resolved": episode.resolved, "reward": episode.reward, "reason": result.reason}
+    return _finish(episode, stream, began)
+
+
+def _finish(episode: Episode, stream: TokenStream, began: float) -> Episode:
+    episode.prompt_ids, episode.response_ids = stream.prompt_ids, stream.response_ids
+    episode.mask, episode.logprobs = stream.mask, stream.logprobs
+    episode.generation_s = stream.generation_s
+    episode.wall_s = time.perf_counter() - began
+    episode.env_s = max(0.0, episode.wall_s - episode.generation_s)
+    return episode
+
+
+def save_episodes(episodes: list[Episode], folder: Path) -> None:
+    """The step's trajectories, each with its reward, for reading what the policy did."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, episode in enumerate(episodes):
+        if episode.trajectory is not None:
+            episode.trajectory.error = episode.trajectory.error or episode.infra_failure
+            episode.trajectory.save(folder / f"{i:03d}-{episode.instance_id}.json")
+
+
+__all__ = ["DriftError", "Episode", "EpisodeEnv", "Generate", "TokenStream", "run_episode"]

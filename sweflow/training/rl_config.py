@@ -1,0 +1,72 @@
+"""How on-policy RL is configured: the ``rl`` section of the pipeline.
+
+One rollout is one episode of the sweflow agent (the pipeline's agent section: same tools,
+templates and limits as collect and infer) in a fresh sandbox, rewarded 1 when the grader finds
+the task resolved, else 0, minus the optional shaping. Values that cannot work together are
+refused here, naming the fields, before anything runs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RLConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["trl", "verl"] = Field(
+        "trl", description="trl: TRL's GRPOTrainer (CPU or one GPU); verl: verl on GPUs with Ray"
+    )
+    algorithm: Literal["grpo", "rloo", "ppo"] = Field("grpo", description="verl: all; trl: grpo")
+    model: str | None = Field(
+        None, description="the policy to start from; None: the run's SFT model, else its base"
+    )
+    steps: int = Field(4, ge=1, description="policy updates")
+    tasks_per_step: int = Field(2, ge=1, description="train tasks in each step's batch")
+    rollouts_per_task: int = Field(2, ge=1, description="episodes per task (GRPO's group)")
+    learning_rate: float = Field(1e-6, gt=0)
+    kl_coef: float = Field(0.0, ge=0, description="0: no KL penalty (and no reference model)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
+    max_tokens_per_turn: int = Field(256, ge=8, description="tokens one reply may generate")
+    max_prompt_length: int = Field(1024, ge=64, description="tokens of the first prompt")
+    max_response_length: int = Field(
+        3072, ge=64, description="tokens after the first prompt (replies and observations)"
+    )
+    max_observation_chars: int = Field(
+        2000, gt=200, description="observations are cut to this (keeps sequences trainable)"
+    )
+    format_error_penalty: float = Field(
+        0.0, ge=0, description="shaping: subtracted per reply that parses into no action"
+    )
+    reward_timeout_s: float = Field(
+        900.0, gt=0, description="a grading that runs longer is an infrastructure failure"
+    )
+    infra_retries: int = Field(1, ge=0, description="episodes re-run after an infra failure")
+    checkpoint_every: int = Field(2, ge=1, description="steps between checkpoints")
+    seed: int = 0
+    # verl (GPUs)
+    gpus_per_node: int = Field(1, ge=1)
+    nodes: int = Field(1, ge=1)
+    ray_address: str | None = Field(None, description="None: a local Ray")
+    tensor_parallel_size: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _fits(self) -> RLConfig:
+        if self.algorithm in ("grpo", "rloo") and self.rollouts_per_task < 2:
+            raise ValueError(
+                f"algorithm {self.algorithm} compares episodes of the same task: "
+                f"rollouts_per_task must be at least 2 (got {self.rollouts_per_task})"
+            )
+        if self.backend == "trl" and self.algorithm != "grpo":
+            raise ValueError(f"backend trl runs GRPO only; algorithm {self.algorithm} needs verl")
+        if self.max_tokens_per_turn > self.max_response_length:
+            raise ValueError("max_tokens_per_turn is larger than max_response_length")
+        if self.tensor_parallel_size > self.gpus_per_node:
+            raise ValueError("tensor_parallel_size is larger than gpus_per_node")
+        return self
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.tasks_per_step * self.rollouts_per_task

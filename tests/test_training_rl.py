@@ -1,0 +1,173 @@
+"""RL for real on the CPU: TRL's GRPOTrainer updates a policy on episodes of the sweflow agent in
+real sandboxes of demo tasks, rewarded by the real grader.
+
+The policy is SmolLM2 cut to two layers (the SFT tests' model) after a short SFT on the tasks'
+replayed golden trajectories, so that it emits parseable actions some of the time and the
+episodes of a group differ in reward (GRPO learns nothing from a group of equal rewards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+from safetensors.torch import load_file
+
+from sweflow.agent.config import AgentConfig
+from sweflow.envcache.builder import instance_sandbox_spec
+from sweflow.envcache.store import LayerStore
+from sweflow.grading import Grader
+from sweflow.sandbox import SandboxStartError
+from sweflow.training.chat import ChatEncoder
+from sweflow.training.config import SFTConfig
+from sweflow.training.episode import EpisodeEnv, run_episode
+from sweflow.training.rl import read_records, train_rl
+from sweflow.training.rl_config import RLConfig
+from sweflow.training.rl_trl import LocalGenerator
+from sweflow.training.sft import train_sft
+
+pytestmark = pytest.mark.timeout(1200)
+SHORT = {"max_tokens_per_turn": 96, "max_response_length": 768, "format_error_penalty": 0.1}
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_smollm2: Path, demo_replays, tmp_path_factory) -> Path:
+    """The two-layer SmolLM2 fine-tuned briefly on the demo tasks' replays: it writes (mostly)
+    well-formed tool blocks."""
+    work = tmp_path_factory.mktemp("rl-policy")
+    sft = SFTConfig(epochs=3, learning_rate=1e-3, max_seq_len=1024, activation_checkpointing=False)
+    train_sft(demo_replays[1] / "sft.jsonl", tiny_smollm2, work, work / "model", sft)
+    return work / "model"
+
+
+@pytest.fixture(scope="module")
+def env(demo_replays) -> EpisodeEnv:
+    data = demo_replays[0]
+    store = LayerStore(data.store)
+    grader = Grader(data.store, data.specs)
+    return EpisodeEnv(
+        spec_for=lambda row: instance_sandbox_spec(store, row.instance_id),
+        grade=grader.areward,
+        agent=AgentConfig(tool_mode="text", max_steps=3),
+    )
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(folder.glob("*.safetensors")):
+        tensors.update(load_file(shard))
+    return tensors
+
+
+def test_two_grpo_steps_update_the_policy_on_sandboxed_rewards(policy, env, demo_replays, tmp_path):
+    tasks = demo_replays[0].instances[:2]
+    rl = RLConfig(steps=2, tasks_per_step=2, rollouts_per_task=2, learning_rate=1e-4,
+                  checkpoint_every=1, **SHORT)  # fmt: skip
+    steps: list[int] = []
+    result = train_rl(tasks, policy, tmp_path, tmp_path / "model", rl, env,
+                      progress=lambda step, total, record: steps.append(step))  # fmt: skip
+
+    assert result.steps == 2 and steps == [1, 2]
+    records = read_records(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2]
+    for record in records:
+        assert record["episodes"] == 4 and record["loss"] is not None
+        assert record["generation_s"] > 0 and record["update_s"] > 0
+    # every episode was graded in a real sandbox: its reward says why
+    graded = [json.loads(p.read_text()) for p in (tmp_path / "rollouts").glob("step-*/*.json")]
+    assert len(graded) == 8
+    assert all(t["reward"] and t["reward"]["reason"] for t in graded)
+    rewards = {round(t["reward"]["reward"], 3) for t in graded}
+    assert len(rewards) > 1, f"every episode had the same reward {rewards}: nothing to learn"
+    # the update moved the weights; the result is a loadable HF folder with its record
+    before, after = _weights(policy), _weights(Path(result.model))
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert (tmp_path / "rl.png").stat().st_size > 0
+    assert json.loads((Path(result.model) / "sweflow_training.json").read_text())["steps"] == 2
+    # a second call with the same inputs is the published result, not a new run
+    again = train_rl(tasks, policy, tmp_path, tmp_path / "model", rl, env)
+    assert again.to_dict() == result.to_dict()
+
+
+def test_trained_tokens_are_the_sampled_ones_and_observations_masked(policy, env, demo_replays):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(policy), dtype=torch.float32)
+    encoder = ChatEncoder(policy)
+    generator = LocalGenerator(model, encoder.tokenizer, temperature=1.0)
+    rl = RLConfig(**SHORT)
+    torch.manual_seed(0)
+    episode = asyncio.run(run_episode(demo_replays[0].instances[0], env, encoder, generator, rl))
+
+    assert not episode.infra_failure and episode.reward is not None
+    n = len(episode.response_ids)
+    assert len(episode.mask) == n == len(episode.logprobs) and sum(episode.mask) > 0
+    assert all(lp == 0.0 for lp, m in zip(episode.logprobs, episode.mask, strict=True) if not m)
+    assert all(lp <= 0.0 for lp, m in zip(episode.logprobs, episode.mask, strict=True) if m)
+    # the unmasked runs are exactly the replies the agent read (the text the policy generated)
+    runs, current = [], []
+    for token, trained in zip(episode.response_ids, episode.mask, strict=True):
+        if trained:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    replies = [m["content"] for m in episode.trajectory.messages if m["role"] == "assistant"]
+    eos = encoder.tokenizer.eos_token_id
+    decoded = [encoder.tokenizer.decode(r[:-1] if r[-1] == eos else r) for r in runs]
+    assert decoded == replies
+    # the masked tokens are the chat template's framing of what the agent saw
+    messages = episode.trajectory.messages
+    last_reply = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    seen = messages[2:last_reply]  # what came after the last reply never reached the policy
+    observations = [m["content"] for m in seen if m["role"] == "user"]
+    assert observations
+    framing = encoder.tokenizer.decode([t for t, m in zip(episode.response_ids, episode.mask,
+                                                          strict=True) if not m])  # fmt: skip
+    assert all(obs[:100] in framing for obs in observations)
+
+
+def test_infrastructure_failures_are_dropped_not_scored_zero(policy, env, demo_replays):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(policy), dtype=torch.float32)
+    encoder = ChatEncoder(policy)
+    generator = LocalGenerator(model, encoder.tokenizer, temperature=1.0)
+    row = demo_replays[0].instances[0]
+
+    async def hangs(instance, patch):
+        await asyncio.sleep(60)
+
+    hanging = EpisodeEnv(env.spec_for, hangs, env.agent)
+    rl = RLConfig(**SHORT, reward_timeout_s=1.0, infra_retries=1)
+    episode = asyncio.run(run_episode(row, hanging, encoder, generator, rl))
+    assert episode.reward is None and "grading ran past 1 s" in episode.infra_failure
+    assert episode.attempts == 2
+
+    def no_sandbox(instance):
+        raise SandboxStartError(f"{instance.instance_id}: the sandbox did not start")
+
+    broken = EpisodeEnv(no_sandbox, env.grade, env.agent)
+    episode = asyncio.run(run_episode(row, broken, encoder, generator, rl))
+    assert episode.reward is None and "did not start" in episode.infra_failure
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"rollouts_per_task": 1}, "rollouts_per_task"),
+        ({"backend": "trl", "algorithm": "ppo"}, "algorithm ppo"),
+        ({"max_tokens_per_turn": 4096, "max_response_length": 1024}, "max_tokens_per_turn"),
+        ({"steps": 0}, "steps"),
+    ],
+)
+def test_settings_that_cannot_work_together_are_refused_naming_them(settings, named):
+    with pytest.raises(ValidationError, match=named):
+        RLConfig(**settings)
