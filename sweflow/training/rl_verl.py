@@ -1,0 +1,222 @@
+"""The ``verl`` RL backend: verl's PPO trainer on GPUs with Ray, the rollouts sweflow episodes.
+
+Everything verl needs is written into ``<work>/verl`` before it starts: the train tasks as
+verl's parquet (one row per task, the agent loop's name on each row), the rollout context
+(tasks, layer store, specs, agent and rl settings, the policy), the agent-loop YAML that points
+verl at sweflow.training.verl_loop, and the trainer overrides generated from the ``rl`` section,
+composed by verl's own Hydra config into ``verl_config.yaml`` (every key checked against verl's
+schema) and saved with ``launch.sh``, the command line a user can re-run by hand. verl is then
+launched with ``python -m verl.trainer.main_ppo`` on the local Ray or ``rl.ray_address``; its last
+checkpoint is merged into a Hugging Face folder with ``python -m verl.model_merger``.
+
+verl lives in its own environment (scripts/setup-verl.sh makes .venv-verl; SWEFLOW_VERL_PYTHON
+names another interpreter): its fastapi pin clashes with Prefect's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from sweflow.agent.config import AgentConfig
+from sweflow.errors import ConfigError, SweflowError
+from sweflow.instances import Instance
+from sweflow.training.rl_config import RLConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT_NAME = "sweflow_swe"
+ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "ppo": "gae"}
+
+
+class VerlError(SweflowError):
+    """verl could not be prepared or run; the message names the step and its log."""
+
+
+def verl_python() -> Path:
+    """The interpreter of verl's environment."""
+    named = os.environ.get("SWEFLOW_VERL_PYTHON")
+    python = Path(named) if named else ROOT / ".venv-verl" / "bin" / "python"
+    if not python.is_file():
+        raise ConfigError(
+            f"rl.backend verl needs verl's environment: {python} does not exist (run "
+            "`bash scripts/setup-verl.sh`, or set SWEFLOW_VERL_PYTHON)"
+        )
+    return python
+
+
+def write_inputs(tasks: list[Instance], folder: Path) -> tuple[Path, Path]:
+    """The tasks as sweflow rows (tasks.jsonl, read by the rollouts) and as verl's parquet: a
+    ``prompt`` (the task's id as a user message: verl's dataset wants one; the agent loop builds
+    the real prompt), the agent loop's name and the instance id."""
+    from datasets import Dataset
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = folder / "tasks.jsonl"
+    rows.write_text("".join(t.model_dump_json() + "\n" for t in tasks))
+    records = [
+        {
+            "data_source": "sweflow",
+            "prompt": [{"role": "user", "content": task.instance_id}],
+            "agent_name": AGENT_NAME,
+            "reward_model": {"style": "rule", "ground_truth": ""},
+            "extra_info": {"instance_id": task.instance_id, "index": i},
+        }
+        for i, task in enumerate(tasks)
+    ]
+    parquet = folder / "train.parquet"
+    Dataset.from_list(records).to_parquet(str(parquet))
+    return rows, parquet
+
+
+def write_context(folder: Path, rows: Path, policy: Path, store: Path, specs: Path,
+                  agent: AgentConfig, rl: RLConfig, backend: str) -> Path:  # fmt: skip
+    """The rollout context file and the agent-loop YAML that names it; returns the YAML."""
+    context = folder / "rollout.json"
+    context.write_text(json.dumps({
+        "tasks": str(rows), "policy": str(policy), "store": str(store), "specs": str(specs),
+        "agent": agent.model_dump(mode="json"), "rl": rl.model_dump(mode="json"),
+        "backend": backend,
+    }, indent=1))  # fmt: skip
+    loops = folder / "agent_loops.yaml"
+    loops.write_text(
+        f"- name: {AGENT_NAME}\n"
+        "  _target_: sweflow.training.verl_loop.SweflowAgentLoop\n"
+        f"  context: {json.dumps(str(context))}\n"
+    )
+    return loops
+
+
+def overrides(rl: RLConfig, policy: Path, parquet: Path, loops: Path, work: Path) -> list[str]:
+    """verl's trainer settings from the ``rl`` section (Hydra overrides of ppo_trainer)."""
+    batch = rl.tasks_per_step
+    settings = {
+        "algorithm.adv_estimator": ESTIMATORS[rl.algorithm],
+        "algorithm.use_kl_in_reward": False,
+        "data.train_files": str(parquet),
+        "data.val_files": str(parquet),
+        "data.train_batch_size": batch,
+        "data.max_prompt_length": rl.max_prompt_length,
+        "data.max_response_length": rl.max_response_length,
+        "data.return_raw_chat": True,
+        "data.dataloader_num_workers": 0,
+        "data.seed": rl.seed,
+        "actor_rollout_ref.model.path": str(policy),
+        "actor_rollout_ref.actor.optim.lr": rl.learning_rate,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": batch,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
+        "actor_rollout_ref.actor.use_kl_loss": rl.kl_coef > 0,
+        "actor_rollout_ref.actor.kl_loss_coef": rl.kl_coef,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 1,
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.mode": "async",
+        "actor_rollout_ref.rollout.n": rl.rollouts_per_task,
+        "actor_rollout_ref.rollout.temperature": rl.temperature,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": rl.tensor_parallel_size,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 1,
+        "actor_rollout_ref.rollout.calculate_log_probs": True,
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(loops),
+        "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
+        "trainer.total_training_steps": rl.steps,
+        "trainer.save_freq": rl.checkpoint_every,
+        "trainer.test_freq": -1,
+        "trainer.val_before_train": False,
+        "trainer.resume_mode": "auto",
+        "trainer.n_gpus_per_node": rl.gpus_per_node,
+        "trainer.nnodes": rl.nodes,
+        "trainer.default_local_dir": str(work / "checkpoints"),
+        "trainer.logger": "[console,tensorboard]",
+        "trainer.project_name": "sweflow",
+        "trainer.experiment_name": work.parent.name or "rl",
+    }
+    if rl.algorithm == "ppo":
+        settings["critic.model.path"] = str(policy)
+        settings["critic.ppo_micro_batch_size_per_gpu"] = 1
+    if rl.ray_address:
+        settings["+ray_kwargs.ray_init.address"] = rl.ray_address
+    return [f"{key}={_value(value)}" for key, value in settings.items()]
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def prepare(tasks: list[Instance], policy: Path, work: Path, rl: RLConfig, *, store: Path,
+            specs: Path, agent: AgentConfig, backend: str) -> list[str]:  # fmt: skip
+    """Write verl's inputs under ``work/verl`` and check the config with verl's own Hydra
+    (verl_config.yaml); returns the launch command, also saved as launch.sh."""
+    folder = work / "verl"
+    rows, parquet = write_inputs(tasks, folder)
+    loops = write_context(folder, rows, policy, store, specs, agent, rl, backend)
+    settings = overrides(rl, policy, parquet, loops, folder)
+    python = str(verl_python())
+    composed = folder / "verl_config.yaml"
+    compose = [python, "-m", "sweflow.training.verl_loop", "compose", str(composed), *settings]
+    _run(compose, folder / "compose.log", "composing its config")
+    command = [python, "-m", "verl.trainer.main_ppo", *settings]
+    (folder / "launch.sh").write_text(
+        "#!/usr/bin/env bash\n# verl's trainer on the rollouts of sweflow episodes\n"
+        f"export TENSORBOARD_DIR={shlex.quote(str(work / 'tensorboard'))}\n"
+        f"exec {shlex.join(command)}\n"
+    )
+    return command
+
+
+def launch(command: list[str], work: Path) -> Path:
+    """Run verl's trainer to the end; returns its last checkpoint's actor folder."""
+    env = {**os.environ, "TENSORBOARD_DIR": str(work / "tensorboard")}
+    _run(command, work / "verl" / "train.log", "training", env=env)
+    tracker = work / "verl" / "checkpoints" / "latest_checkpointed_iteration.txt"
+    if not tracker.is_file():
+        raise VerlError(f"verl finished without a checkpoint ({tracker} is missing)")
+    return tracker.parent / f"global_step_{tracker.read_text().strip()}" / "actor"
+
+
+def merge(actor: Path, out: Path) -> Path:
+    """verl's FSDP checkpoint as a Hugging Face folder (what ``infer`` serves)."""
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    _run([str(verl_python()), "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+          "--local_dir", str(actor), "--target_dir", str(partial)],
+         actor.parents[2] / "merge.log", "merging the checkpoint")  # fmt: skip
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    return out
+
+
+def _run(argv: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                              check=False)  # fmt: skip
+    if done.returncode != 0:
+        tail = log.read_text()[-2000:]
+        raise VerlError(f"verl failed {what} (exit {done.returncode}); see {log}:\n{tail}")
+
+
+def train_rl_verl(tasks: list[Instance], policy: Path, work: Path, out: Path, rl: RLConfig, *,
+                  store: Path, specs: Path, agent: AgentConfig, backend: str = "local",
+                  policy_name: str | None = None) -> dict:  # fmt: skip
+    """Prepare, launch, merge: ``out`` is the trained policy as a Hugging Face folder. Returns
+    the record written beside it (sweflow_training.json)."""
+    from sweflow.training.output import RECORD
+
+    if not tasks:
+        raise VerlError("no train task has a built environment: nothing to roll out")
+    command = prepare(tasks, policy, work, rl, store=store, specs=specs, agent=agent,
+                      backend=backend)  # fmt: skip
+    actor = launch(command, work)
+    merge(actor, out)
+    record = {
+        "model": str(out), "base_model": policy_name or str(policy), "backend": "verl",
+        "algorithm": rl.algorithm, "tasks": len(tasks), "steps": rl.steps,
+        "checkpoint": str(actor), "tensorboard": str(work / "tensorboard"),
+        "verl_config": str(work / "verl" / "verl_config.yaml"),
+    }  # fmt: skip
+    (out / RECORD).write_text(json.dumps(record, indent=1))
+    return record

