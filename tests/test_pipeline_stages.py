@@ -1,6 +1,7 @@
 """The pipeline's stages run as the Prefect tasks run them, without Prefect: build, validate,
-collect with the replay teacher on the train split, and SFT of a real (two-layer) SmolLM2, on six
-demo tasks offline. (The Prefect side: tests/test_pipeline_prefect.py.)"""
+collect with the replay teacher on the train split, SFT of a real (two-layer) SmolLM2 and a GRPO
+step on its sandboxed rollouts, on six demo tasks offline. (The Prefect side:
+tests/test_pipeline_prefect.py.)"""
 
 from __future__ import annotations
 
@@ -43,6 +44,14 @@ def config(tmp_path_factory, wheelhouse: Path, tiny_smollm2: Path) -> PipelineCo
             "max_seq_len": 1024,
             "activation_checkpointing": False,
         },  # fmt: skip
+        rl={
+            "steps": 1,
+            "tasks_per_step": 2,
+            "rollouts_per_task": 2,
+            "max_tokens_per_turn": 64,
+            "max_response_length": 384,
+            "learning_rate": 1e-5,
+        },  # fmt: skip
     )
 
 
@@ -59,7 +68,7 @@ def run(config: PipelineConfig, names: list[str]) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def results(config) -> dict[str, dict]:
-    return run(config, ["build_envs", "validate_envs", "collect_trajectories", "sft"])
+    return run(config, ["build_envs", "validate_envs", "collect_trajectories", "sft", "rl"])
 
 
 def test_collect_replays_the_train_split_only(config, results) -> None:
@@ -84,6 +93,22 @@ def test_sft_trains_the_run_model_and_infer_would_serve_it(config, results) -> N
     collected = results["collect_trajectories"]
     inputs = stage_inputs(config, "sft", [collected])
     assert inputs["base_model"] and inputs["upstream"] == [collected["digest"]]
+
+
+def test_rl_starts_from_the_sft_model_and_infer_would_serve_its_result(config, results) -> None:
+    rl, sft = results["rl"], results["sft"]
+    model = Path(rl["outputs"]["model"])
+    assert (model / "config.json").is_file() and Path(rl["outputs"]["curves"]).is_file()
+    assert rl["counts"] == {"tasks": 4, "steps": 1, "infra_failures": 0}
+    assert [row["step"] for row in rl["rows"]] == [1]
+    assert f"Trained `{sft['outputs']['model']}` with GRPO (trl)" in rl["markdown"]
+    assert newest_model({"sft": sft, "rl": rl}) == model
+    episodes = list((config.run_dir / "rl" / "rollouts" / "step-0001").glob("*.json"))
+    assert len(episodes) == 4
+    trained_on = {json.loads(path.read_text())["instance_id"] for path in episodes}
+    assert not any("toolz" in i for i in trained_on)  # the train split only
+    inputs = stage_inputs(config, "rl", [results["validate_envs"], sft])
+    assert sft["digest"] in inputs["upstream"] and "policy" not in inputs
 
 
 def test_a_split_naming_nothing_is_refused(config, results) -> None:

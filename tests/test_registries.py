@@ -63,13 +63,14 @@ def test_every_stage_has_its_section_task_flow_and_deployment() -> None:
 
 def test_needed_and_forced_follow_the_declared_upstream() -> None:
     config = load_pipeline_config(DEMO_CONFIG)
-    chain = ["build_envs", "validate_envs", "collect_trajectories", "sft", "infer", "evaluate"]
+    chain = ["build_envs", "validate_envs", "collect_trajectories", "sft", "rl", "infer",
+             "evaluate"]  # fmt: skip
     assert config.needed(["evaluate"]) == chain  # infer serves the run's fine-tuned model
     no_training = config.model_copy(update={"stages": ["build_envs", "infer", "evaluate"]})
     assert no_training.needed(["evaluate"]) == ["build_envs", "validate_envs", "infer", "evaluate"]
     forced = config.model_copy(update={"force": ["validate_envs"]}).forced()
     assert forced == set(chain[1:])
-    assert config.model_copy(update={"force": ["sft"]}).forced() == {"sft", "infer", "evaluate"}
+    assert config.model_copy(update={"force": ["sft"]}).forced() == set(chain[3:])
     assert config.model_copy(update={"force": ["evaluate"]}).forced() == {"evaluate"}
 
 

@@ -1,4 +1,5 @@
-"""``sweflow train sft``: fine-tune a model on golden trajectories with torchtune."""
+"""``sweflow train sft`` (torchtune on golden trajectories) and ``sweflow train rl`` (on-policy
+RL on the agent's own sandboxed, graded episodes)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,22 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import App, console
+from sweflow.cli.common import App, BackendOption, console
+from sweflow.cli.env import DatasetArgs, dataset_options
 
-train_app = App(help="Train models on agent trajectories: SFT with torchtune.")
+train_app = App(help="Train models: SFT with torchtune, RL on sandboxed rewards (TRL or verl).")
+ModelRefOption = typer.Option(
+    "smollm2-135m-instruct",
+    "--model",
+    "-m",
+    help="A Hugging Face folder, a bundled model name, or a Hub id: org/name or org/name@revision.",
+)
 
 
 @train_app.command("sft")
 def train_sft_command(
     data: Path = typer.Option(..., "--data", help="sft.jsonl from `sweflow collect`."),
-    model: str = typer.Option(
-        "smollm2-135m-instruct",
-        "--model",
-        "-m",
-        help="A Hugging Face folder, a bundled model name, or a Hub id: org/name or "
-        "org/name@revision.",
-    ),
+    model: str = ModelRefOption,
     out: Path = typer.Option(..., "--out", "-o", help="Run folder; the model goes to OUT/model."),
     method: str = typer.Option("full", "--method", help="full or lora."),
     epochs: int = typer.Option(1, "--epochs", help="Passes over the data."),
@@ -90,4 +92,78 @@ def train_sft_command(
     for line in result.data["malformed"]:
         console.print(f"[yellow]skipped:[/] {line}", highlight=False)
     for name in ("model", "recipe_config", "loss_plot", "tensorboard"):
+        console.print(f"{name}: {getattr(result, name)}", highlight=False)
+
+
+@train_app.command("rl")
+@dataset_options
+def train_rl_command(
+    data: DatasetArgs,
+    model: str = ModelRefOption,
+    out: Path = typer.Option(..., "--out", "-o", help="Run folder; the model goes to OUT/model."),
+    rl_backend: str = typer.Option("trl", "--rl-backend", help="trl (CPU or one GPU) or verl."),
+    steps: int = typer.Option(4, "--steps", help="Policy updates."),
+    tasks_per_step: int = typer.Option(2, "--tasks-per-step", help="Tasks in a step's batch."),
+    rollouts: int = typer.Option(2, "--rollouts", help="Episodes per task (GRPO's group)."),
+    learning_rate: float = typer.Option(1e-6, "--lr", help="Learning rate."),
+    tool_mode: str = typer.Option("text", "--tool-mode", help="text or tools (the agent's)."),
+    max_steps: int = typer.Option(10, "--max-steps", help="Agent turns per episode."),
+    backend: str = BackendOption,
+    settings: list[str] = typer.Option(
+        [], "--set", help="Any RLConfig field, e.g. --set format_error_penalty=0.1."
+    ),
+) -> None:
+    """RL on the dataset's tasks: each rollout an agent episode in a fresh sandbox, rewarded 1
+    when its tests pass; the policy is updated on its own episodes. Serve OUT/model after.
+
+    Examples:
+      sweflow train rl -d data/demo/tasks.jsonl -m runs/sft/model -o runs/rl --steps 8
+      sweflow train rl -d tasks.jsonl -m Qwen/Qwen2.5-7B-Instruct --rl-backend verl -o runs/v
+    """
+    from pydantic import ValidationError
+
+    from sweflow.agent.config import AgentConfig
+    from sweflow.cli.agent import build_dataset
+    from sweflow.configfile import apply_overrides, describe
+    from sweflow.errors import ConfigError
+    from sweflow.serving import resolve_model
+    from sweflow.training.rl import train
+    from sweflow.training.rl_config import RLConfig
+
+    fields = dict(backend=rl_backend, steps=steps, tasks_per_step=tasks_per_step,
+                  rollouts_per_task=rollouts, learning_rate=learning_rate, model=model)  # fmt: skip
+    try:
+        config = RLConfig(**apply_overrides(fields, settings, ConfigError))
+        agent = AgentConfig(tool_mode=tool_mode, max_steps=max_steps)
+    except ValidationError as exc:
+        raise ConfigError(f"rl options: {describe(exc)}") from None
+    with console.status(f"resolving model {model}"):
+        policy = resolve_model(model)
+    _, rows = build_dataset(data)
+    specs = data.specs or Path(data.dataset).with_name("specs.yaml")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:  # fmt: skip
+        task = bar.add_task("rl: first rollouts", total=config.steps)
+
+        def on_step(step: int, total: int, record) -> None:  # noqa: ANN001
+            reward = "-" if record.mean_reward is None else f"{record.mean_reward:+.3f}"
+            bar.update(task, completed=step, description=f"rl: reward {reward}, "
+                       f"valid actions {record.valid_action_rate:.0%}")  # fmt: skip
+
+        result = train(rows, policy, out, out / "model", config, store=data.store, specs=specs,
+                       agent=agent, backend=backend, policy_name=model,
+                       progress=on_step)  # fmt: skip
+    table = Table(title=f"sweflow train rl ({result.backend})")
+    columns = ("step", "reward", "resolved", "valid actions", "turns", "infra failures",
+               "generation s", "env s", "update s")  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="right")
+    for r in result.records:
+        reward = "-" if r["mean_reward"] is None else f"{r['mean_reward']:+.3f}"
+        table.add_row(str(r["step"]), reward, f"{r['resolve_rate']:.0%}",
+                      f"{r['valid_action_rate']:.0%}", f"{r['episode_turns']:.1f}",
+                      str(r["infra_failures"]), f"{r['generation_s']:.1f}", f"{r['env_s']:.1f}",
+                      f"{r['update_s']:.1f}")  # fmt: skip
+    console.print(table)
+    for name in ("model", "curves", "tensorboard"):
         console.print(f"{name}: {getattr(result, name)}", highlight=False)

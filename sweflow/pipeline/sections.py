@@ -18,6 +18,7 @@ from sweflow.agent.config import AgentConfig, SamplingConfig, ServedTeacher, Tea
 from sweflow.sandbox.backends import DEFAULT_BACKEND, BackendName
 from sweflow.serving.models import DEFAULT_MODEL
 from sweflow.training.config import SFTConfig
+from sweflow.training.rl_config import RLConfig
 
 
 class Section(BaseModel):
@@ -110,6 +111,11 @@ class CollectSection(Section):
 
 class SFTSection(SFTConfig, Section):
     """The library's SFTConfig; ``model: null`` fine-tunes the pipeline's ``model.source``."""
+
+
+class RLSection(RLConfig, Section):
+    """The library's RLConfig; ``model: null`` starts from the run's SFT model, else from the
+    pipeline's ``model.source``. The agent section sets the episodes' tools and limits."""
 
 
 class InferSection(Section):

@@ -36,7 +36,7 @@ from sweflow.pipeline.stages.common import (
 Job = Callable[[Batch], Awaitable[JobSummary]]
 
 
-def _split_rows(ctx: StageContext, part: str, limit: int | None) -> list[Instance]:
+def split_rows(ctx: StageContext, part: str, limit: int | None) -> list[Instance]:
     """The validated rows of one part of the split (train or eval), the first ``limit``."""
     validated = load_tasks(ctx.config, Path(ctx.upstream["validate_envs"]["outputs"]["dataset"]))
     rows = split_tasks(ctx.config, validated)[part]
@@ -140,7 +140,7 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
     """K graded runs of the teacher per train task; the resolved ones become the SFT data."""
     config = ctx.config
     specs = load_specs(config.dataset.specs_path())
-    rows, teacher = _teacher_options(ctx, _split_rows(ctx, "train", config.collect.limit), specs)
+    rows, teacher = _teacher_options(ctx, split_rows(ctx, "train", config.collect.limit), specs)
     out = config.run_dir / "collect"
     grader = Grader(config.store(), specs, backend=config.sandbox.backend,
                     log_dir=out / "grading")  # fmt: skip
@@ -163,7 +163,7 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
 def infer(ctx: StageContext) -> StageResult:
     """One agent run per eval task with the run's model; the diffs become preds.json."""
     config = ctx.config
-    rows = _split_rows(ctx, "eval", config.infer.limit)
+    rows = split_rows(ctx, "eval", config.infer.limit)
     out = config.run_dir / "infer"
     trained = newest_model(ctx.upstream)
     servers = ctx.model_servers()

@@ -1,0 +1,102 @@
+"""``rl``: the policy (the run's SFT model, else its base) acts as the agent on the train split
+and is updated on its own sandboxed, graded rollouts (sweflow.training.rl)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sweflow.envcache.store import LayerStore
+from sweflow.pipeline.model import ModelServers
+from sweflow.pipeline.stages.agents import split_rows
+from sweflow.pipeline.stages.common import StageContext, StageError, StageResult
+from sweflow.serving import resolve_model
+from sweflow.training.rl import RLResult, train
+from sweflow.training.rl_config import RLConfig
+from sweflow.training.rl_trl import StepRecord
+from sweflow.training.sft import folder_digest
+
+if TYPE_CHECKING:
+    from sweflow.pipeline.config import PipelineConfig
+
+
+def policy_model(config: PipelineConfig, upstream: dict[str, dict]) -> tuple[str, Path]:
+    """(the reference, the folder) of the policy: ``rl.model``, else the run's SFT model, else
+    ``model.source``."""
+    if config.rl.model:
+        return config.rl.model, resolve_model(config.rl.model, cache=config.run_dir / "models")
+    if "sft" in upstream:
+        folder = Path(upstream["sft"]["outputs"]["model"])
+        return str(folder), folder
+    return config.model.source, resolve_model(config.model.source, cache=config.run_dir / "models")
+
+
+def policy_digest(config: PipelineConfig) -> dict[str, str]:
+    """The cache key has the starting policy's content (an SFT model's is its stage digest)."""
+    if not config.rl.model and "sft" in config.stages:
+        return {}
+    return {"policy": folder_digest(policy_model(config, {})[1])}
+
+
+def rl(ctx: StageContext) -> StageResult:
+    """GRPO steps on the train split's tasks; the result is the model ``infer`` serves next."""
+    config = ctx.config
+    settings = RLConfig(**config.rl.model_dump())
+    reference, policy = policy_model(config, ctx.upstream)
+    store = LayerStore(config.store())
+    rows = []
+    for row in split_rows(ctx, "train", None):
+        if store.read_manifest(row.instance_id) is None:
+            why = f"skipped {row.instance_id}: its environment is not built"
+            ctx.progress(0, settings.steps, why)
+        else:
+            rows.append(row)
+    if not rows:
+        raise StageError(f"no train task has a built environment in {store.root}")
+    work = config.run_dir / "rl"
+    mode = ModelServers.tool_mode(config.model, config.agent, config.run_dir, policy)
+
+    def on_step(step: int, total: int, record: StepRecord) -> None:
+        reward = "-" if record.mean_reward is None else f"{record.mean_reward:+.3f}"
+        ctx.progress(step, total, f"step {step}: reward {reward}, resolved "
+                     f"{record.resolve_rate:.0%}, valid actions {record.valid_action_rate:.0%}, "
+                     f"{record.infra_failures} infra failures")  # fmt: skip
+
+    result = train(rows, policy, work, work / "model", settings, store=config.store(),
+                   specs=config.dataset.specs_path(), agent=config.agent.agent_config(mode),
+                   backend=config.sandbox.backend, policy_name=reference,
+                   progress=on_step)  # fmt: skip
+    outputs = {"model": result.model, "metrics": str(work / "metrics.jsonl"),
+               "tensorboard": result.tensorboard, "curves": result.curves or ""}  # fmt: skip
+    counts = {"tasks": result.tasks, "steps": result.steps,
+              "infra_failures": result.infra_failures}  # fmt: skip
+    rows_out = [_row(record) for record in result.records]
+    digest = result.inputs_digest or folder_digest(Path(result.model))  # verl: its output
+    return StageResult("rl", digest, outputs, counts, rows_out, report(result))
+
+
+def _row(record: dict) -> dict:
+    keys = ("step", "mean_reward", "resolve_rate", "valid_action_rate", "episode_turns",
+            "infra_failures", "generation_s", "env_s", "update_s", "loss")  # fmt: skip
+    return {key: record[key] for key in keys}
+
+
+def report(result: RLResult) -> str:
+    """The stage's Markdown report: the reward over the steps and where the time went."""
+    first, last = result.quarter_rewards()
+    records = result.records
+    seconds = {key: sum(r[key] for r in records) for key in ("generation_s", "env_s", "update_s")}
+    total = sum(seconds.values()) or 1.0
+    split = ", ".join(f"{key[:-2]} {value:.0f} s ({value / total:.0%})"
+                      for key, value in seconds.items())  # fmt: skip
+    quarters = (
+        f"mean reward {first:+.3f} in the first quarter of the steps, {last:+.3f} in the last"
+        if first is not None and last is not None
+        else "no step had a scored episode"
+    )
+    return (
+        f"Trained `{result.base_model}` with GRPO ({result.backend}) for {result.steps} steps on "
+        f"{result.tasks} train tasks: {quarters}; {result.infra_failures} episodes dropped as "
+        f"infrastructure failures.\n\nTime: {split}.\n\n"
+        f"Curves: `{result.curves}` (TensorBoard: `{result.tensorboard}`)."
+    )
