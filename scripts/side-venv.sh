@@ -1,0 +1,38 @@
+# Sourced by setup-serve.sh and setup-verl.sh: a venv beside .venv for a stack whose pins clash
+# with Prefect's (vLLM, verl). Idempotent: a stamp holds the extra and pyproject.toml's digest.
+#
+#   side_venv_begin NAME EXTRA IMPORTS  # .venv-NAME; exits 0 when EXTRA is installed and IMPORTS
+#                                       # import; else pip installs -e .[EXTRA] (sets PY)
+#   side_venv_done IMPORTS VERSION_CODE # checks IMPORTS, writes the stamp, prints VERSION_CODE
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+side_venv_begin() {
+  local name=$1 extra=$2 imports=$3
+  TAG="[setup-$name]"
+  bash scripts/setup.sh
+  exec 9>"$ROOT/.setup.lock"
+  flock 9
+  local venv=$ROOT/.venv-$name
+  PY=$venv/bin/python
+  [[ -x $PY ]] || "$ROOT/.venv/bin/python" -m venv "$venv"
+  STAMP=$venv/.sweflow-$name-installed
+  WANT="$extra $(sha256sum pyproject.toml | cut -d' ' -f1)"
+  if [[ $(cat "$STAMP" 2>/dev/null || true) == "$WANT" ]] && "$PY" -c "import $imports" 2>/dev/null
+  then
+    echo "$TAG $extra: up to date"
+    exit 0
+  fi
+  echo "$TAG pip install -e '.[$extra]' (minutes the first time)"
+  rm -f "$STAMP"
+  "$PY" -m pip install -q --disable-pip-version-check -e ".[$extra]"
+}
+
+side_venv_done() {
+  local imports=$1 version=$2
+  "$PY" -c "import $imports" || { echo "$TAG error: $imports do not import" >&2; exit 1; }
+  echo "$WANT" >"$STAMP"
+  echo "$TAG ready: $("$PY" -c "$version" 2>/dev/null | tail -n1)"
+}
