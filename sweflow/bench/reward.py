@@ -101,6 +101,12 @@ class HostChroot:
         # the script's status is the tests' (failing ones included): only a failed apply is fatal
         return self._bash("cd /testbed && git apply /tmp/patch.diff && { bash /eval.sh; true; }")
 
+    def time_commands(self, patch: str, commands: list[str]) -> float:
+        """An agent's shell commands, one after the other, on the checkout with ``patch``."""
+        self._reset_with(patch)
+        return sum(self._bash(f"cd /testbed && ({command}) >/dev/null 2>&1 || true")
+                   for command in commands)  # fmt: skip
+
     def time_test_cmd(self, patch: str) -> float:
         """The spec's test command alone, on the checkout with the patch and test patch."""
         self._reset_with(patch, self.instance.test_patch)

@@ -173,3 +173,19 @@ def bench_sft_served(
     from sweflow.bench.sft_served import run
 
     _emit(run(quick=quick, progress=_progress), json_out)
+
+
+@bench_app.command("rl")
+def bench_rl(
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+    quick: bool = typer.Option(False, help="2 tasks, 4 GRPO steps, 4 reps; else 4, 8 and 6."),
+    docker: bool = typer.Option(True, help="Time the docker backend too (starts dockerd)."),
+) -> None:
+    """RL step time split; sandbox + reward per rollout: local vs docker vs bare tests.
+
+    Example:
+      sweflow bench rl --json --quick
+    """
+    from sweflow.bench.rl import run
+
+    _emit(run(quick=quick, docker=docker, progress=_progress), json_out)
