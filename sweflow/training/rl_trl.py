@@ -156,7 +156,11 @@ def grpo_arguments(rl: RLConfig, checkpoints: Path, cpu: bool) -> Any:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     return GRPOConfig(
         output_dir=str(checkpoints),
-        per_device_train_batch_size=rl.episodes_per_step,
+        # one episode per forward/backward (the logits of a long episode are large on a CPU),
+        # accumulated over the step's episodes: one rollout call and one update per step
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=rl.episodes_per_step,
+        steps_per_generation=rl.episodes_per_step,
         num_generations=rl.rollouts_per_task,
         max_steps=rl.steps,
         learning_rate=rl.learning_rate,
