@@ -69,14 +69,15 @@ def run_stage(stage: StageSpec, config: PipelineConfig, upstream: dict[str, dict
     update_progress_artifact(progress_id, 100.0, description=f"{name}: done")
     key = _artifact_key(config, name)
     if result.rows:
-        create_table_artifact(result.rows, key=key, description=f"{name}: {result.counts}")
+        create_table_artifact(result.rows, key=key, description=result.summary())
     links = "\n".join(
         f"- **{label}**: `{os.path.abspath(path)}`" for label, path in result.outputs.items()
     )
-    counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.counts.items()))
     body = f"{result.markdown}\n\n" if result.markdown else ""
-    create_markdown_artifact(f"# {name}\n\n{counts}\n\n{body}{links}\n", key=f"{key}-report")
-    logger.info("%s done: %s", name, counts)
+    create_markdown_artifact(
+        f"# {name}\n\n{result.summary()}\n\n{body}{links}\n", key=f"{key}-report"
+    )
+    logger.info("%s", result.summary())
     return result.to_dict()
 
 

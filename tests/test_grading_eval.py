@@ -60,3 +60,14 @@ def test_eval_writes_the_harness_layout_and_resumes(grading_data, tmp_path, monk
     assert report.stat().st_mtime_ns == before  # resumed: not graded again
     assert "cached" in again.output
     assert json.loads(Path("reports/org__m.r1.json").read_text()) == summary
+
+    # the same run id with a changed prediction: graded anew, never the earlier report
+    rows[0]["model_patch"] = "garbage\n"
+    preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    changed = CliRunner().invoke(app, argv)
+    assert changed.exit_code == 0, changed.output
+    assert (run / first.instance_id / "patch.diff").read_text() == "garbage\n"
+    assert not (run / first.instance_id / "report.json").exists()  # did not apply
+    summary = json.loads(Path("reports/org__m.r1.json").read_text())
+    assert summary["resolved_ids"] == []
+    assert summary["error_ids"] == sorted([first.instance_id, third.instance_id])

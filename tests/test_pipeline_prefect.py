@@ -105,6 +105,8 @@ def test_every_stage_writes_its_outputs_and_artifacts(stack, config, cold_run, t
         key = f"ci-{stage.replace('_', '-')}"
         assert (key, "table") in kinds and (f"{key}-report", "markdown") in kinds, stage
     assert sum(a["type"] == "progress" for a in artifacts) == len(STAGES)  # type: ignore
+    tables = [a for a in artifacts if a["type"] == "table"]  # type: ignore[index]
+    assert all("{" not in a["description"] for a in tables), [a["description"] for a in tables]
 
 
 def test_a_second_run_is_all_cached(stack, config, cold_run) -> None:

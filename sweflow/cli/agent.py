@@ -17,7 +17,7 @@ from rich.table import Table
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, Trajectory
 from sweflow.agent.jobs import JobSummary, collect, infer
 from sweflow.agent.runner import grade_with
-from sweflow.cli.common import BackendOption, console, option_group
+from sweflow.cli.common import BackendOption, console, option_group, positive
 from sweflow.cli.env import CliError, DatasetArgs, build_with_progress, dataset_options
 from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
 from sweflow.instances import Instance
@@ -35,7 +35,9 @@ ToolModeOption = typer.Option(
 MaxStepsOption = typer.Option(None, "--max-steps", help="Model calls per run.")
 TemperatureOption = typer.Option(None, "--temperature", help="Sampling temperature.")
 MaxTokensOption = typer.Option(None, "--max-tokens", help="Completion tokens per model call.")
-ConcurrencyOption = typer.Option(8, "--concurrency", "-c", help="Runs (open sandboxes) at once.")
+ConcurrencyOption = typer.Option(
+    8, "--concurrency", "-c", help="Runs (open sandboxes) at once.", callback=positive
+)
 
 
 def build_dataset(data: DatasetArgs) -> tuple[EnvBuilder, list[Instance]]:
@@ -181,8 +183,10 @@ agent_run_options = option_group(AgentRunArgs)
 def collect_command(
     data: DatasetArgs,
     agent: AgentRunArgs,
-    rollouts: int = typer.Option(1, "--rollouts", "-k", help="Runs per task."),
-    graders: int = typer.Option(2, "--graders", help="Gradings at once (they run test suites)."),
+    rollouts: int = typer.Option(1, "--rollouts", "-k", help="Runs per task.", callback=positive),
+    graders: int = typer.Option(
+        2, "--graders", help="Gradings at once (they run test suites).", callback=positive
+    ),
     teacher: str = typer.Option(
         "endpoint",
         "--teacher",

@@ -133,6 +133,21 @@ def _known_backend(value: str) -> str:
         raise typer.BadParameter(str(exc)) from None
 
 
+def positive(value: float | None) -> float | None:
+    """An option's check before any work: counts, workers and seconds must be above zero
+    (a timeout of 0 never means "no limit" here)."""
+    if value is not None and value <= 0:
+        raise typer.BadParameter(f"must be greater than 0, got {value}")
+    return value
+
+
+def folder_or_new(value: Path | None) -> Path | None:
+    """A folder option (a store, a report folder): refused when the path is a file."""
+    if value is not None and value.exists() and not value.is_dir():
+        raise typer.BadParameter(f"{value} is a file, not a folder")
+    return value
+
+
 BackendOption = typer.Option(
     DEFAULT_BACKEND,
     "--backend",

@@ -10,11 +10,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import App, console, option_group
+from sweflow.cli.common import App, console, folder_or_new, option_group, positive
 from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
 from sweflow.envcache.specs import load_specs
 from sweflow.errors import SweflowError
-from sweflow.instances import Instance, load_instances
+from sweflow.grading.dataset import bundle_mirror
+from sweflow.instances import Instance, beside_dataset, load_instances
 
 env_app = App(help="Build, validate and enter cached, layered environments of task instances.")
 
@@ -26,19 +27,28 @@ SpecsOption = typer.Option(
     None, "--specs", help="Environment specs (YAML/JSON); default: specs.yaml beside the dataset."
 )
 MirrorOption = typer.Option(
-    None, "--repo-mirror", help="Folder of git repos: <owner>__<name> or <owner>/<name>."
+    None,
+    "--repo-mirror",
+    help="Folder of git repos or bundles: <owner>__<name> or <owner>/<name>; "
+    "default: repos/ beside the dataset, else the dataset's folder.",
 )
 RepoOption = typer.Option(None, "--repo", help="A local git repository (for single-repo datasets).")
 RepoUrlOption = typer.Option(None, "--repo-url", help="A git URL to clone from.")
-InstancesOption = typer.Option(None, "--instances", "-i", help="Only these instance ids.")
-StoreOption = typer.Option(..., "--store", "-s", help="The layer store directory.")
+InstancesOption = typer.Option(
+    None, "--instances", "-i", help="Only these instance ids: -i A -i B, or -i A,B."
+)
+StoreOption = typer.Option(
+    ..., "--store", "-s", help="The layer store directory.", callback=folder_or_new
+)
 BaseOverride = typer.Option(
     None, "--base", help="Force a base layer (default: by the spec's python)."
 )
 WheelhouseOption = typer.Option(
     None, "--wheelhouse", help="Install offline from this wheel folder."
 )
-WorkersOption = typer.Option(2, "--max-workers", "-j", help="Instances built at once.")
+WorkersOption = typer.Option(
+    2, "--max-workers", "-j", help="Instances built at once.", callback=positive
+)
 
 
 class CliError(SweflowError):
@@ -47,7 +57,8 @@ class CliError(SweflowError):
 
 def load_dataset_rows(dataset: str, split: str | None, ids: list[str] | None) -> list[Instance]:
     """Load the dataset, printing bad rows (named) and going on with the good ones."""
-    result = load_instances(dataset, split, instances=ids or None)
+    wanted = [i.strip() for value in ids or () for i in value.split(",") if i.strip()]
+    result = load_instances(dataset, split, instances=wanted or None)
     err = Console(stderr=True)
     for error in result.errors:
         err.print(f"[yellow]skipped:[/] {error}", highlight=False)
@@ -68,9 +79,11 @@ def make_builder(
     workers: int,
     progress=None,
 ) -> EnvBuilder:
-    specs_path = specs or Path(dataset).with_name("specs.yaml")
+    specs_path = specs or beside_dataset(dataset, "specs.yaml")
     if not specs_path.exists():
         raise CliError(f"no environment specs: pass --specs (looked for {specs_path})")
+    if mirror is None and repo is None and repo_url is None and Path(dataset).exists():
+        mirror = bundle_mirror(Path(dataset))  # datasets ship their repositories beside them
     options = BuildOptions(
         store=store,
         repo_mirror=mirror,
@@ -101,6 +114,9 @@ class DatasetArgs:
 
     def rows(self) -> list[Instance]:
         return load_dataset_rows(self.dataset, self.split, self.instances)
+
+    def specs_path(self) -> Path:
+        return self.specs or beside_dataset(self.dataset, "specs.yaml")
 
     def builder(self) -> EnvBuilder:
         return make_builder(
@@ -187,8 +203,12 @@ def env_validate(
     report: Path = typer.Option(
         ..., "--report", help="Folder for validation.json and validation.md."
     ),
-    runs: int = typer.Option(1, "--runs", help="Runs each way; more flag flaky tests."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds per test run."),
+    runs: int = typer.Option(
+        1, "--runs", help="Runs each way; more flag flaky tests.", callback=positive
+    ),
+    timeout: float = typer.Option(
+        1800.0, "--timeout", help="Seconds per test run.", callback=positive
+    ),
 ) -> None:
     """Build what is missing, then check each instance's tests both ways in fresh sandboxes."""
     from sweflow.envcache.validate import validate, write_outputs
@@ -247,4 +267,7 @@ def env_gc(
 
     keep = {i.instance_id for i in load_dataset_rows(dataset, split, None)} if dataset else None
     report = LayerStore(store).gc(keep)
-    console.print(report)
+    for what, items in (("manifest", report.manifests), ("layer", report.layers)):
+        for item in items:
+            console.print(f"removed {what} {item}", highlight=False)
+    console.print(report.summary(), highlight=False)

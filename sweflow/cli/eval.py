@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sweflow.cli.common import BackendOption, console
+from sweflow.cli.common import BackendOption, console, folder_or_new, positive
 from sweflow.cli.env import DatasetArgs, _progress, build_with_progress, dataset_options
 
 STYLES = {"resolved": "green", "unresolved": "yellow", "error": "red", "empty": "dim"}
@@ -22,11 +22,18 @@ def eval_command(
     ),
     run_id: str = typer.Option(..., "--run-id", help="Names the run; a re-run resumes it."),
     backend: str = BackendOption,
-    max_workers: int = typer.Option(2, "--max-workers", "-j", help="Instances graded at once."),
-    report_dir: Path = typer.Option(
-        Path("."), "--report-dir", help="Where <model>.<run_id>.json/.md go."
+    max_workers: int = typer.Option(
+        2, "--max-workers", "-j", help="Instances graded at once.", callback=positive
     ),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds per eval script."),
+    report_dir: Path = typer.Option(
+        Path("."),
+        "--report-dir",
+        help="Where <model>.<run_id>.json/.md go.",
+        callback=folder_or_new,
+    ),
+    timeout: float = typer.Option(
+        1800.0, "--timeout", help="Seconds per eval script.", callback=positive
+    ),
     reject_test_edits: bool = typer.Option(
         False, help="Grade patches that edit test files as unresolved."
     ),

@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import console
+from sweflow.cli.common import console, positive
 from sweflow.synth.config import SynthConfig, load_config
 from sweflow.synth.operators import OPERATORS
 from sweflow.synth.synthesize import SUMMARY_COLUMNS, Synthesizer, operator_summary
@@ -34,7 +34,9 @@ def synth(
         None, "--work", help="Work folder (repos, layer store, logs); default beside --out."
     ),
     wheelhouse: Path = typer.Option(None, "--wheelhouse", help="Install offline from wheels."),
-    max_workers: int = typer.Option(None, "--max-workers", "-j", help="Sandboxes at once."),
+    max_workers: int = typer.Option(
+        None, "--max-workers", "-j", help="Sandboxes at once.", callback=positive
+    ),
     final_check: bool = typer.Option(
         None, "--final-check/--no-final-check", help="Build and validate the emitted tasks."
     ),

@@ -140,7 +140,7 @@ def train_rl_command(
     with console.status(f"resolving model {model}"):
         policy = resolve_model(model)
     _, rows = build_dataset(data)
-    specs = data.specs or Path(data.dataset).with_name("specs.yaml")
+    specs = data.specs_path()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as bar:  # fmt: skip
         task = bar.add_task("rl: first rollouts", total=config.steps)

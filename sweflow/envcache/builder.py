@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sweflow.envcache.repos import export_commit, resolve_repo
+from sweflow.envcache.repos import RepoError, RepoSource, export_commit
 from sweflow.envcache.specs import EnvSpec, SpecTable
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import Prepared
@@ -190,7 +190,12 @@ class EnvBuilder:
 
     # -- public ------------------------------------------------------------------------------
     def build(self, instances: Sequence[Instance]) -> list[BuildResult]:
-        """Build what is missing; returns one result per instance, in order."""
+        """Build what is missing; returns one result per instance, in order.
+
+        Every repository still needed is located first (no cloning): a missing one is an error
+        naming it and where it was looked for, before any layer is built.
+        """
+        self.check_sources(i for i in instances if not self.store.has_instance(i.instance_id))
         with ThreadPoolExecutor(max_workers=self.options.max_workers) as pool:
             return list(pool.map(self._build_one, instances))
 
@@ -388,16 +393,26 @@ class EnvBuilder:
                 f.write("no install command: the repository is used as checked out\n")
         return self.store.commit(upper, "instance")
 
+    def check_sources(self, instances: Iterable[Instance]) -> None:
+        """Raise a RepoError naming every repository of ``instances`` that has no source."""
+        source = self._repo_source()
+        missing: list[str] = []
+        for repo in sorted({i.repo for i in instances}):
+            try:
+                source.locate(repo)
+            except RepoError as exc:
+                missing.append(str(exc))
+        if missing:
+            raise RepoError(f"{len(missing)} repositories have no source: " + "; ".join(missing))
+
     # -- helpers ----------------------------------------------------------------------------
-    def _repo(self, instance: Instance) -> Path:
+    def _repo_source(self) -> RepoSource:
         o = self.options
-        return resolve_repo(
-            instance.repo,
-            mirror=o.repo_mirror,
-            local=o.repo_path,
-            url=o.repo_url,
-            commits=[c for c in (instance.base_commit, instance.environment_setup_commit) if c],
-        )
+        return RepoSource(mirror=o.repo_mirror, local=o.repo_path, url=o.repo_url)
+
+    def _repo(self, instance: Instance) -> Path:
+        commits = [c for c in (instance.base_commit, instance.environment_setup_commit) if c]
+        return self._repo_source().resolve(instance.repo, commits=commits)
 
     def _sandbox(self, layers, upper: Path, env: dict[str, str]):
         o = self.options

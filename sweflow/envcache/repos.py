@@ -80,6 +80,21 @@ class RepoSource:
     def resolve(self, repo: str, *, commits: Iterable[str] = ()) -> Path:
         """The git dir holding ``repo``; a URL clone is fetched if one of ``commits`` is missing."""
         owner, name = _split_repo(repo)
+        found = self.locate(repo)
+        if isinstance(found, Path) and not found.is_file():
+            return found
+        if isinstance(found, Path):  # a bundle: cloned once per content digest
+            digest = hashlib.sha256(found.read_bytes()).hexdigest()[:16]
+            dest = self._cache() / f"{owner}__{name}.{digest}.git"
+            return _cached_clone(repo, str(found.resolve()), dest, commits)
+        return _cached_clone(repo, found, self._cache() / f"{owner}__{name}.git", commits)
+
+    def locate(self, repo: str) -> Path | str:
+        """Where ``repo`` comes from, without cloning anything: a git dir, a bundle or a URL.
+
+        Cheap enough to check every repository of a dataset before building any of them.
+        """
+        owner, name = _split_repo(repo)
         if self.local is not None:
             git_dir = _git_dir(Path(self.local))
             if git_dir is None:
@@ -96,12 +111,11 @@ class RepoSource:
                 bundle = mirror / f"{rel}.bundle"
                 tried.append(bundle)
                 if bundle.is_file():
-                    digest = hashlib.sha256(bundle.read_bytes()).hexdigest()[:16]
-                    dest = self._cache() / f"{owner}__{name}.{digest}.git"
-                    return _cached_clone(repo, str(bundle.resolve()), dest, commits)
+                    return bundle
         if self.url is not None:
-            url = self.url.replace("{repo}", repo).replace("{owner}", owner).replace("{name}", name)
-            return _cached_clone(repo, url, self._cache() / f"{owner}__{name}.git", commits)
+            return (
+                self.url.replace("{repo}", repo).replace("{owner}", owner).replace("{name}", name)
+            )
         if self.mirror is not None:
             raise RepoError(
                 f"{repo} is not in the repo mirror {self.mirror}: tried "

@@ -235,6 +235,23 @@ class GcReport(BaseModel):
     tmp: list[str] = Field(default_factory=list)
     freed_bytes: int = 0
 
+    def summary(self) -> str:
+        """One sentence for people: what was removed and the space it gave back."""
+        parts = [
+            f"{len(items)} {what}"
+            for what, items in (
+                ("manifests", self.manifests),
+                ("layers", self.layers),
+                ("packed images", self.packed),
+                ("stale mounts", self.unmounted),
+                ("leftover temporary folders", self.tmp),
+            )
+            if items
+        ]
+        if not parts:
+            return "nothing to remove"
+        return f"removed {', '.join(parts)}; freed {self.freed_bytes / 2**20:.1f} MiB"
+
 
 # -- the store --------------------------------------------------------------------------------
 

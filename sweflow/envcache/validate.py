@@ -17,6 +17,7 @@ from typing import Literal
 
 from swebench.harness.grading import test_failed, test_passed
 
+from sweflow.errors import ConfigError
 from sweflow.grading.evalscript import EvalRun, run_eval, test_spec_for
 from sweflow.instances import Instance, write_jsonl
 from sweflow.sandbox import SandboxSpec, open_sandbox
@@ -143,7 +144,13 @@ def validate(
     max_workers: int = 2,
     on_done: Callable[[Validation], None] | None = None,
 ) -> list[Validation]:
-    """Validate instances concurrently (bounded); each outcome goes to ``on_done`` as it lands."""
+    """Validate instances concurrently (bounded); each outcome goes to ``on_done`` as it lands.
+
+    A validation that ran no test must never call an instance valid: ``runs`` < 1 is refused.
+    """
+    for name, value in (("runs", runs), ("timeout", timeout), ("max_workers", max_workers)):
+        if value <= 0:
+            raise ConfigError(f"validate: {name} must be positive, got {value}")
     items = list(prepared)
     results: list[Validation] = []
     with ThreadPoolExecutor(max_workers=max_workers) as pool:

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
 from sweflow.envcache.specs import SpecTable, load_specs
-from sweflow.instances import Instance, load_instances
+from sweflow.instances import Instance, beside_dataset, load_instances
 
 
 def bundle_mirror(dataset: Path) -> Path:
     """The folder of the dataset's repositories: ``repos/`` beside it, else its own folder."""
-    repos = dataset.parent / "repos"
-    return repos if repos.is_dir() else dataset.parent
+    repos = beside_dataset(dataset, "repos")
+    return repos if repos.is_dir() else repos.parent
 
 
 @dataclass
@@ -40,7 +40,7 @@ class GradingData:
         specs: Path | None = None,
         mirror: Path | None = None,
     ) -> GradingData:
-        table = load_specs(specs or dataset.with_name("specs.yaml"))
+        table = load_specs(specs or beside_dataset(dataset, "specs.yaml"))
         options = BuildOptions(
             store=store, repo_mirror=mirror or bundle_mirror(dataset), wheelhouse=wheelhouse
         )

@@ -5,7 +5,8 @@ report.json, test_output.txt, patch.diff, eval.sh and run_instance.log (the Grad
 where run_instance does); ``<run_id>/run.json`` records the dataset, and the summary
 ``<model>.<run_id>.json`` comes from swebench's own ``make_run_report``, plus a Markdown twin.
 As in the harness, empty patches are not run, and an instance whose report.json exists is not
-run again, so a re-run with the same run id resumes.
+run again, so a re-run with the same run id resumes; unlike the harness, only when the
+prediction is the one that report graded (its patch.diff): a changed prediction is graded anew.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +26,7 @@ from swebench.harness.constants import LOG_INSTANCE, LOG_REPORT, RUN_EVALUATION_
 from sweflow.errors import SweflowError
 from sweflow.grading.patches import is_empty
 from sweflow.grading.predictions import Prediction
-from sweflow.grading.reward import Grader, RewardResult
+from sweflow.grading.reward import PATCH_FILE, Grader, RewardResult
 from sweflow.grading.runlog import RunLog
 from sweflow.instances import Instance
 
@@ -90,15 +92,25 @@ def evaluate(
     return RunSummary(outcomes, report_path, markdown, report)
 
 
+def _graded_patch(out: Path) -> str | None:
+    """The patch an earlier run graded in ``out`` (the Grader writes it as patch.diff)."""
+    try:
+        return (out / PATCH_FILE).read_text()
+    except FileNotFoundError:
+        return None
+
+
 def _grade(grader: Grader, instance: Instance, pred: Prediction, root: Path, run_id: str):
     iid, model = pred.instance_id, pred.model_name_or_path
-    if is_empty(pred.model_patch):
-        return Outcome(iid, model, "empty", False, "empty patch: not run (as in the harness)")
     out = instance_dir(root, run_id, model, iid)
     report_file = out / LOG_REPORT
-    if report_file.exists():
+    if report_file.exists() and _graded_patch(out) == pred.model_patch:
         resolved = bool(json.loads(report_file.read_text()).get(iid, {}).get("resolved"))
         return Outcome(iid, model, "cached", resolved, f"report.json of an earlier run: {out}")
+    if out.exists():  # an earlier run graded another prediction here: its files would mislead
+        shutil.rmtree(out)
+    if is_empty(pred.model_patch):
+        return Outcome(iid, model, "empty", False, "empty patch: not run (as in the harness)")
     try:
         result = grader.reward(instance, pred.model_patch, log_dir=out, model=model)
     except SweflowError as exc:  # not built, no eval script: this instance only

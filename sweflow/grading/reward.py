@@ -33,13 +33,14 @@ from swebench.harness.constants import (
 from swebench.harness.grading import get_eval_report
 
 from sweflow.envcache.specs import SpecTable
-from sweflow.errors import SweflowError, is_infrastructure
+from sweflow.errors import ConfigError, SweflowError, is_infrastructure
 from sweflow.grading.apply import REPO_DIR, apply_patch
 from sweflow.grading.evalscript import make_eval_script, run_eval_script, test_spec_for
 from sweflow.grading.patches import edited_tests, failure_kind, is_empty
 from sweflow.grading.runlog import RunLog
 from sweflow.instances import Instance
 from sweflow.sandbox import Limits, Sandbox, open_sandbox
+from sweflow.sandbox.backends import check_backend_name
 
 PATCH_FILE = "patch.diff"
 EVAL_FILE = "eval.sh"
@@ -95,9 +96,11 @@ class Grader:
     ) -> None:
         from sweflow.envcache.store import LayerStore
 
+        if timeout_s <= 0:
+            raise ConfigError(f"Grader: timeout_s must be positive, got {timeout_s}")
         self.store = LayerStore(Path(store))
         self.specs = specs
-        self.backend = backend
+        self.backend = check_backend_name(backend)
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.timeout_s = timeout_s
         self.reject_test_edits = reject_test_edits

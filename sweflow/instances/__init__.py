@@ -9,6 +9,7 @@ write_jsonl(result.instances, "lite.jsonl")
 from __future__ import annotations
 
 from sweflow.instances.load import (
+    beside_dataset,
     load_hf_dataset,
     load_instances,
     load_json,
@@ -24,6 +25,7 @@ __all__ = [
     "InstancesError",
     "LoadResult",
     "RowError",
+    "beside_dataset",
     "load_hf_dataset",
     "load_instances",
     "load_json",

@@ -74,6 +74,13 @@ def load_instances(
     return load_hf_dataset(str(source), split, instances=instances)
 
 
+def beside_dataset(source: str | Path, name: str) -> Path:
+    """Where a dataset keeps ``name`` (``specs.yaml``, ``repos``): inside a dataset folder, beside
+    a dataset file."""
+    path = Path(source).expanduser()
+    return (path if path.is_dir() else path.parent) / name
+
+
 def load_json(path: str | Path, *, instances: Sequence[str] | None = None) -> LoadResult:
     """A JSON list of rows, an object of instance_id -> row, or one row.
 

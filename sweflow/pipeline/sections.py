@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.agent.config import AgentConfig, SamplingConfig, ServedTeacher, Teacher
+from sweflow.instances import beside_dataset
 from sweflow.sandbox.backends import DEFAULT_BACKEND, BackendName
 from sweflow.serving.models import DEFAULT_MODEL
 from sweflow.training.config import SFTConfig
@@ -34,10 +35,10 @@ class DatasetSection(Section):
     limit: int | None = Field(None, ge=1, description="only the first N instances")
 
     def specs_path(self) -> Path:
-        return self.specs or self.path.with_name("specs.yaml")
+        return self.specs or beside_dataset(self.path, "specs.yaml")
 
     def mirror(self) -> Path:
-        return self.repo_mirror or self.path.parent / "repos"
+        return self.repo_mirror or beside_dataset(self.path, "repos")
 
 
 class EnvsSection(Section):

@@ -63,6 +63,11 @@ class StageResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def summary(self) -> str:
+        """The counts as a line for people: "36 built, 2 cached" (never a Python dict)."""
+        counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in self.counts.items())
+        return f"{self.stage}: {counts or 'done'}"
+
 
 def file_digest(path: Path) -> str:
     """sha256 of a file's bytes (a stage's cache key must see contents, not just a path)."""

@@ -1,0 +1,112 @@
+"""Option values and dataset companions checked before any work: one-line errors, exit 2.
+
+Each case here was a traceback, a silent wrong answer or seconds of wasted building when sweflow
+was tried as a new user would (issue 18).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sweflow.cli import app
+from sweflow.cli.env import load_dataset_rows, make_builder
+from sweflow.envcache.store import LayerStore
+from sweflow.envcache.validate import validate
+from sweflow.errors import ConfigError
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+runner = CliRunner()
+
+
+def _refused(argv: list[str], *needles: str) -> str:
+    result = runner.invoke(app, argv)
+    said = " ".join(result.output.replace("│", " ").split())  # typer boxes usage errors
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in said, said
+    return said
+
+
+@pytest.fixture
+def demo_copy(tmp_path: Path) -> Path:
+    """The demo tasks and specs in a folder of their own, without their repositories."""
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    for name in ("tasks.jsonl", "specs.yaml"):
+        shutil.copy(DEMO / name, folder / name)
+    return folder
+
+
+def test_validate_refuses_zero_runs(tmp_path: Path) -> None:
+    """A validation that ran no test called every instance valid."""
+    base = ["env", "validate", "-d", str(DEMO / "tasks.jsonl"), "--store", str(tmp_path / "s")]
+    base += ["--out", str(tmp_path / "v.jsonl"), "--report", str(tmp_path / "r")]
+    for runs in ("0", "-1"):
+        _refused([*base, "--runs", runs], "--runs", "must be greater than 0")
+    _refused([*base, "--timeout", "0"], "--timeout")
+    with pytest.raises(ConfigError, match="runs must be positive"):
+        validate([], tmp_path, runs=0)
+    assert not (tmp_path / "s").exists()  # refused before any work
+
+
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (["-j", "0"], ["--max-workers", "must be greater than 0"]),
+        (["--timeout", "0"], ["--timeout", "must be greater than 0"]),
+        (["-b", "lcoal"], ["unknown sandbox backend 'lcoal'"]),
+        (["--report-dir", "{file}"], ["is a file, not a folder"]),
+    ],
+)
+def test_eval_option_values_are_checked_first(tmp_path: Path, extra, needles) -> None:
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    extra = [value.replace("{file}", str(afile)) for value in extra]
+    argv = ["eval", "-d", str(DEMO / "tasks.jsonl"), "-p", "gold", "--run-id", "r"]
+    _refused([*argv, "--store", str(tmp_path / "s"), *extra], *needles)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_store_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.write_text("not a folder")
+    _refused(["env", "build", "-d", str(DEMO / "tasks.jsonl"), "--store", str(store)],
+             "--store", "is a file, not a folder")  # fmt: skip
+
+
+def test_a_dataset_folder_finds_its_specs_and_repos() -> None:
+    builder = make_builder(str(DEMO), None, Path("/nonexistent-store"), None, None, None, None,
+                           None, 1)  # fmt: skip
+    assert builder.options.repo_mirror == DEMO / "repos"
+    assert {"pypi/parse", "pypi/toolz"} <= set(builder.specs.specs)
+    from_file = make_builder(str(DEMO / "tasks.jsonl"), None, Path("/x"), None, None, None, None,
+                             None, 1)  # fmt: skip
+    assert from_file.options.repo_mirror == DEMO / "repos"
+
+
+def test_repositories_without_a_source_fail_before_any_building(demo_copy: Path) -> None:
+    store = demo_copy.parent / "store"
+    said = _refused(["env", "build", "-d", str(demo_copy), "--store", str(store)],
+                    "3 repositories have no source")  # fmt: skip
+    for repo in ("pypi/cachetools", "pypi/parse", "pypi/toolz"):
+        assert f"{repo} is not in the repo mirror" in said
+    assert not store.exists() or not any(LayerStore(store).layers.glob("*"))
+
+
+def test_instances_take_commas_and_repeats() -> None:
+    rows = json.loads("[" + ",".join((DEMO / "tasks.jsonl").read_text().splitlines()[:3]) + "]")
+    ids = [r["instance_id"] for r in rows]
+    picked = load_dataset_rows(str(DEMO), None, [f"{ids[0]},{ids[1]}", ids[2]])
+    assert [r.instance_id for r in picked] == ids
+
+
+def test_env_gc_speaks_in_sentences(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["env", "gc", "--store", str(tmp_path / "store")])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "nothing to remove"
