@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-import yaml
-from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, Trajectory
-from sweflow.agent.jobs import JobSummary, collect, infer
-from sweflow.agent.runner import grade_with
 from sweflow.cli.common import BackendOption, console, option_group, positive
 from sweflow.cli.env import CliError, DatasetArgs, build_with_progress, dataset_options
-from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
-from sweflow.instances import Instance
+
+if TYPE_CHECKING:
+    from sweflow.agent import AgentConfig, Batch, ModelConfig, Trajectory
+    from sweflow.agent.jobs import JobSummary
+    from sweflow.envcache.builder import EnvBuilder
+    from sweflow.instances import Instance
 
 ModelUrlOption = typer.Option(None, "--model-url", help="OpenAI-compatible base URL (…/v1).")
 ModelOption = typer.Option(None, "--model", "-m", help="Model name at that endpoint.")
@@ -60,6 +58,10 @@ def run_job(
 ) -> JobSummary:
     """Run ``job`` on a Batch of ``batch_options`` with a progress bar, and one client shared by
     every run when ``model`` is given (a teacher such as replay has one per run instead)."""
+    import asyncio
+
+    from sweflow.agent import Batch, ModelClient
+
     counts = {"resolved": 0, "submitted": 0}
     with Progress(
         TextColumn("{task.description}"),
@@ -128,6 +130,11 @@ class AgentRunArgs:
 
     def agent_config(self) -> AgentConfig:
         """The ``--agent-config`` YAML with the flags over it."""
+        import yaml
+        from pydantic import ValidationError
+
+        from sweflow.agent import AgentConfig
+
         path = self.agent_config_path
         data: dict[str, Any] = (yaml.safe_load(path.read_text()) or {}) if path else {}
         if self.tool_mode:
@@ -141,6 +148,8 @@ class AgentRunArgs:
 
     def model_config(self) -> ModelConfig:
         """The endpoint, with the sampling flags that were given."""
+        from sweflow.agent import ModelConfig
+
         if not (self.model_url and self.model):
             raise CliError("give the model's endpoint: --model-url URL and --model NAME")
         config = ModelConfig(base_url=self.model_url, model=self.model, api_key=self.api_key)
@@ -152,6 +161,8 @@ class AgentRunArgs:
 
     def prepare(self, data: DatasetArgs) -> tuple[EnvBuilder, list[Instance], dict[str, Any]]:
         """Check the agent config, then build the dataset: builder, usable rows, Batch options."""
+        from sweflow.envcache.builder import instance_sandbox_spec
+
         agent = self.agent_config()  # fail before any build
         builder, rows = build_dataset(data)
         options = dict(
@@ -200,6 +211,8 @@ def collect_command(
       sweflow collect -d data/demo/tasks.jsonl -s store --teacher replay --tool-mode text -o out
       sweflow collect -d tasks.jsonl -s store --model-url http://127.0.0.1:8000/v1 -m m -o out
     """
+    from sweflow.agent.jobs import collect
+    from sweflow.agent.runner import grade_with
     from sweflow.grading import Grader
 
     if teacher not in ("endpoint", "replay"):
@@ -235,6 +248,8 @@ def infer_command(data: DatasetArgs, agent: AgentRunArgs) -> None:
     Example:
       sweflow infer -d tasks.jsonl -s store --model-url http://127.0.0.1:8000/v1 -m m -o out
     """
+    from sweflow.agent.jobs import infer
+
     model = agent.model_config()  # checked before the build
     _, rows, options = agent.prepare(data)
     agent.run("infer", len(rows), options, lambda b: infer(rows, b, model.model), model)

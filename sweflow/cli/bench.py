@@ -10,8 +10,6 @@ import typer
 from rich.console import Console
 
 from sweflow.cli.common import App, BaseOption, console
-from sweflow.paths import rootfs_cache
-from sweflow.sandbox.rootfs import resolve_base
 
 bench_app = App(help="Benchmarks of the sandbox backends and the pipeline stages.")
 _err = Console(stderr=True)  # progress lines go to stderr, so --json keeps stdout clean
@@ -23,6 +21,9 @@ def _progress(line: str) -> None:
 
 def _base_root(base: str) -> Path:
     """The sandbox base rootfs (built on first use, its progress on stderr)."""
+    from sweflow.paths import rootfs_cache
+    from sweflow.sandbox.rootfs import resolve_base
+
     return resolve_base(
         base, rootfs_cache(), progress=lambda line: _err.print(line, highlight=False)
     )
@@ -189,3 +190,18 @@ def bench_rl(
     from sweflow.bench.rl import run
 
     _emit(run(quick=quick, docker=docker, progress=_progress), json_out)
+
+
+@bench_app.command("cli")
+def bench_cli(
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+    quick: bool = typer.Option(False, help="7 rounds (for CI); else 21."),
+) -> None:
+    """Start-up time of the command line: --help, version, sandbox run true vs python -c pass.
+
+    Example:
+      sweflow bench cli --json --quick
+    """
+    from sweflow.bench.cli import run
+
+    _emit(run(quick=quick, progress=_progress), json_out)

@@ -7,17 +7,17 @@ import inspect
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from sweflow.errors import SweflowError
-from sweflow.paths import rootfs_cache
-from sweflow.sandbox import DEFAULT_BACKEND, SandboxSpec, backends_help
-from sweflow.sandbox.backends import check_backend_name
-from sweflow.sandbox.rootfs import resolve_base
+from sweflow.sandbox.backends import DEFAULT_BACKEND, backends_help, check_backend_name
+
+if TYPE_CHECKING:
+    from sweflow.sandbox.spec import SandboxSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
@@ -110,6 +110,9 @@ def option_group(group: type) -> Callable[[Callable[..., R]], Callable[..., R]]:
 
 def base_layer(base: str) -> Path:
     """Resolve a ``--base`` value, showing debootstrap's or docker's progress while it builds."""
+    from sweflow.paths import rootfs_cache
+    from sweflow.sandbox.rootfs import resolve_base
+
     with console.status(f"preparing base layer {base}") as status:
         return resolve_base(base, rootfs_cache(), progress=lambda line: status.update(line[-100:]))
 
@@ -158,4 +161,6 @@ BackendOption = typer.Option(
 
 
 def spec_from_options(base: str, layers: list[Path], workdir: str, network: bool) -> SandboxSpec:
+    from sweflow.sandbox.spec import SandboxSpec
+
     return SandboxSpec(layers=[base_layer(base), *layers], workdir=workdir, network=network)

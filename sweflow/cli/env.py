@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -11,11 +12,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sweflow.cli.common import App, console, folder_or_new, option_group, positive
-from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
-from sweflow.envcache.specs import load_specs
 from sweflow.errors import SweflowError
-from sweflow.grading.dataset import bundle_mirror
-from sweflow.instances import Instance, beside_dataset, load_instances
+
+if TYPE_CHECKING:
+    from sweflow.envcache.builder import BuildResult, EnvBuilder
+    from sweflow.instances import Instance
 
 env_app = App(help="Build, validate and enter cached, layered environments of task instances.")
 
@@ -57,6 +58,8 @@ class CliError(SweflowError):
 
 def load_dataset_rows(dataset: str, split: str | None, ids: list[str] | None) -> list[Instance]:
     """Load the dataset, printing bad rows (named) and going on with the good ones."""
+    from sweflow.instances import load_instances
+
     wanted = [i.strip() for value in ids or () for i in value.split(",") if i.strip()]
     result = load_instances(dataset, split, instances=wanted or None)
     err = Console(stderr=True)
@@ -79,6 +82,11 @@ def make_builder(
     workers: int,
     progress=None,
 ) -> EnvBuilder:
+    from sweflow.envcache.builder import BuildOptions, EnvBuilder
+    from sweflow.envcache.specs import load_specs
+    from sweflow.grading.dataset import bundle_mirror
+    from sweflow.instances import beside_dataset
+
     specs_path = specs or beside_dataset(dataset, "specs.yaml")
     if not specs_path.exists():
         raise CliError(f"no environment specs: pass --specs (looked for {specs_path})")
@@ -116,6 +124,8 @@ class DatasetArgs:
         return load_dataset_rows(self.dataset, self.split, self.instances)
 
     def specs_path(self) -> Path:
+        from sweflow.instances import beside_dataset
+
         return self.specs or beside_dataset(self.dataset, "specs.yaml")
 
     def builder(self) -> EnvBuilder:

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import typer
-import yaml
 from rich.table import Table
 
 from sweflow.cli.common import App, console
@@ -36,6 +35,8 @@ def pipeline_config(
     if json_out:
         sys.stdout.write(json.dumps({"config": loaded}) + "\n")
     else:
+        import yaml
+
         sys.stdout.write(yaml.safe_dump(loaded, sort_keys=False, width=100))
 
 

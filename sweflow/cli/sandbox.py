@@ -19,7 +19,7 @@ from sweflow.cli.common import (
     console,
     spec_from_options,
 )
-from sweflow.sandbox import BACKENDS, SandboxStartError, backend_class, open_sandbox
+from sweflow.sandbox.backends import BACKENDS
 
 sandbox_app = App(help="Open, use and clean up sandboxes.")
 
@@ -34,7 +34,14 @@ def sandbox_run(
     timeout: float = typer.Option(600.0, help="Seconds before the command is killed."),
     network: bool = typer.Option(False, help="Share the host's network."),
 ) -> None:
-    """Run one command in a fresh sandbox and exit with its status."""
+    """Run one command in a fresh sandbox and exit with its status.
+
+    Examples:
+      sweflow sandbox run 'python3 -V'
+      sweflow sandbox run --base docker:python:3.11-slim --layer ./site 'ls /'
+    """
+    from sweflow.sandbox import open_sandbox
+
     spec = spec_from_options(base, layer, workdir, network)
     with open_sandbox(spec, backend) as sandbox:
         result = sandbox.exec(command, timeout=timeout)
@@ -52,7 +59,13 @@ def sandbox_shell(
     backend: str = BackendOption,
     network: bool = typer.Option(False, help="Share the host's network."),
 ) -> None:
-    """Open an interactive shell in a fresh sandbox; everything is removed when it exits."""
+    """Open an interactive shell in a fresh sandbox; everything is removed when it exits.
+
+    Example:
+      sweflow sandbox shell --base debian:bookworm --workdir /tmp
+    """
+    from sweflow.sandbox import open_sandbox
+
     spec = spec_from_options(base, layer, workdir, network)
     with open_sandbox(spec, backend) as sandbox:
         code = sandbox.terminal()
@@ -69,7 +82,12 @@ def sandbox_gc(
 
     Every registered backend is asked; one whose service does not answer (no docker daemon) is
     reported as skipped, unless it was named with --backend.
+
+    Example:
+      sweflow sandbox gc -b local
     """
+    from sweflow.sandbox import SandboxStartError, backend_class
+
     names = backend or list(BACKENDS)
     table = Table(title="sandbox gc")
     for column in ("backend", "what", "count"):

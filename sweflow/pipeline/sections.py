@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.agent.config import AgentConfig, SamplingConfig, ServedTeacher, Teacher
 from sweflow.instances import beside_dataset
-from sweflow.sandbox.backends import DEFAULT_BACKEND, BackendName
+from sweflow.sandbox.backends import DEFAULT_BACKEND
+from sweflow.sandbox.spec import BackendName
 from sweflow.serving.models import DEFAULT_MODEL
 from sweflow.training.config import SFTConfig
 from sweflow.training.rl_config import RLConfig

@@ -9,45 +9,40 @@ Backends are registered by name in :mod:`sweflow.sandbox.backends`.
 
 from __future__ import annotations
 
-from sweflow.sandbox.backends import (
-    BACKENDS,
-    DEFAULT_BACKEND,
-    BackendName,
-    backend_class,
-    backends_help,
-)
-from sweflow.sandbox.base import (
-    ExecResult,
-    Sandbox,
-    SandboxConfigError,
-    SandboxCrashError,
-    SandboxError,
-    SandboxFileError,
-    SandboxStartError,
-)
-from sweflow.sandbox.spec import Bind, Limits, SandboxSpec
+from typing import TYPE_CHECKING
+
+from sweflow.lazy import lazy_exports
+from sweflow.sandbox.backends import DEFAULT_BACKEND
+
+if TYPE_CHECKING:
+    from sweflow.sandbox.base import Sandbox
+    from sweflow.sandbox.spec import SandboxSpec
+
+_EXPORTS = {
+    "BACKENDS": "backends",
+    "DEFAULT_BACKEND": "backends",
+    "backend_class": "backends",
+    "backends_help": "backends",
+    "ExecResult": "base",
+    "Sandbox": "base",
+    "SandboxConfigError": "base",
+    "SandboxCrashError": "base",
+    "SandboxError": "base",
+    "SandboxFileError": "base",
+    "SandboxStartError": "base",
+    "Bind": "spec",
+    "Limits": "spec",
+    "SandboxSpec": "spec",
+    "BackendName": "spec",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def open_sandbox(spec: SandboxSpec, backend: str = DEFAULT_BACKEND) -> Sandbox:
     """Open a sandbox for ``spec`` with the named backend (imported only when used)."""
+    from sweflow.sandbox.backends import backend_class
+
     return backend_class(backend)(spec)
 
 
-__all__ = [
-    "BACKENDS",
-    "DEFAULT_BACKEND",
-    "BackendName",
-    "Bind",
-    "ExecResult",
-    "Limits",
-    "Sandbox",
-    "SandboxConfigError",
-    "SandboxCrashError",
-    "SandboxError",
-    "SandboxFileError",
-    "SandboxSpec",
-    "SandboxStartError",
-    "backend_class",
-    "backends_help",
-    "open_sandbox",
-]
+__all__ = sorted([*_EXPORTS, "open_sandbox"])

@@ -10,11 +10,7 @@ mini-swe-agent does with its environments.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Annotated
-
-from pydantic import AfterValidator, WithJsonSchema
-
-from sweflow.sandbox.base import SandboxConfigError
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sweflow.sandbox.base import Sandbox
@@ -44,6 +40,8 @@ def check_backend_name(name: str) -> str:
         return name
     module, attr = _split(name)
     if not module or not attr.isidentifier():
+        from sweflow.sandbox.base import SandboxConfigError  # not before: the CLI starts fast
+
         raise SandboxConfigError(
             f"unknown sandbox backend {name!r}; choose one of {backends_help()}"
         )
@@ -52,7 +50,7 @@ def check_backend_name(name: str) -> str:
 
 def backend_class(name: str) -> type[Sandbox]:
     """The Sandbox class of a registered name or a dotted path, imported now."""
-    from sweflow.sandbox.base import Sandbox
+    from sweflow.sandbox.base import Sandbox, SandboxConfigError
 
     check_backend_name(name)
     module_name, attr = _split(BACKENDS.get(name, name))
@@ -63,18 +61,3 @@ def backend_class(name: str) -> type[Sandbox]:
     if not (isinstance(cls, type) and issubclass(cls, Sandbox)):
         raise SandboxConfigError(f"sandbox backend {name!r} is not a Sandbox class")
     return cls
-
-
-def _validate(name: str) -> str:
-    try:
-        return check_backend_name(name)
-    except SandboxConfigError as exc:
-        raise ValueError(str(exc)) from None
-
-
-# The type of a config field that names a backend: the form shows the registered names.
-BackendName = Annotated[
-    str,
-    AfterValidator(_validate),
-    WithJsonSchema({"type": "string", "examples": list(BACKENDS), "description": backends_help()}),
-]

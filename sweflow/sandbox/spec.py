@@ -6,9 +6,19 @@ One spec serves every backend, so a rollout that ran container-free runs the sam
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from sweflow.sandbox.backends import BACKENDS, backends_help, check_backend_name
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -102,3 +112,20 @@ class SandboxSpec(BaseModel):
         }
         env.update(self.env)
         return env
+
+
+def _backend_name(name: str) -> str:
+    from sweflow.sandbox.base import SandboxConfigError
+
+    try:
+        return check_backend_name(name)
+    except SandboxConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# The type of a config field that names a backend: the form shows the registered names.
+BackendName = Annotated[
+    str,
+    AfterValidator(_backend_name),
+    WithJsonSchema({"type": "string", "examples": list(BACKENDS), "description": backends_help()}),
+]
