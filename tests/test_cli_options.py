@@ -110,3 +110,10 @@ def test_env_gc_speaks_in_sentences(tmp_path: Path) -> None:
     result = runner.invoke(app, ["env", "gc", "--store", str(tmp_path / "store")])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "nothing to remove"
+
+
+def test_synth_names_an_unknown_operator(tmp_path: Path) -> None:
+    argv = ["synth", "--source", "pypi:toolz==1.0.0", "--out", str(tmp_path / "t.jsonl")]
+    said = _refused([*argv, "--operators", "nope"], "unknown operator(s) ['nope']", "off_by_one")
+    assert "synth options: operators" in said
+    assert not (tmp_path / "t.jsonl").exists()

@@ -44,7 +44,8 @@ def synth(
       sweflow synth --config configs/synth-demo.yaml
       sweflow synth --source pypi:toolz==1.0.0 --out data/toolz/tasks.jsonl -n 5
     """
-    from sweflow.synth.config import SynthConfig, load_config
+    from sweflow.configfile import validate_model
+    from sweflow.synth.config import SynthConfig, SynthConfigError, load_config
     from sweflow.synth.synthesize import SUMMARY_COLUMNS, Synthesizer, operator_summary
 
     overrides = dict(
@@ -63,7 +64,8 @@ def synth(
     else:
         if not source or out is None:
             raise typer.BadParameter("give --source and --out, or a --config recipe")
-        cfg = SynthConfig(**{k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in overrides.items() if v is not None}
+        cfg = validate_model(SynthConfig, given, "synth options", SynthConfigError)
     work_dir = work or cfg.out.parent / ".synth-work"
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
