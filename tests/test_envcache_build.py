@@ -93,6 +93,7 @@ def test_one_bad_instance_does_not_stop_the_others(builder, built, instances) ->
     assert results["bad-commit"].status == "error" and "0" * 40 in results["bad-commit"].error
     assert "BUILD ERROR" in Path(results["bad-commit"].log_path).read_text()
     assert results["bad-version"].status == "error" and "9.9" in results["bad-version"].error
+    assert not list(builder.store.tmp.glob("upper*"))  # the failed layer's upper went at once
 
 
 def test_validation_outcomes_on_real_runs(builder, built, instances, tmp_path: Path) -> None:

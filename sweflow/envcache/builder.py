@@ -318,14 +318,14 @@ class EnvBuilder:
         """A host interpreter, copied to the same absolute path inside a layer."""
 
         def make(log: Path):
-            upper = self.store.new_upper()
-            target = upper / str(prefix).lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(
-                prefix, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
-            )
-            log.write_text(f"copied {prefix}\n")
-            return self.store.commit(upper, "python")
+            with self.store.fresh_upper() as upper:
+                target = upper / str(prefix).lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(
+                    prefix, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+                )
+                log.write_text(f"copied {prefix}\n")
+                return self.store.commit(upper, "python")
 
         return self._once(f"python-{_digest(str(prefix), prefix.stat().st_mtime)}", make)
 
@@ -353,7 +353,6 @@ class EnvBuilder:
         return shown.stdout
 
     def _env_layer(self, spec, runtime: Runtime, layers, env, requirements, log: Path):
-        upper = self.store.new_upper()
         packages = [] if spec.packages in ("", "requirements.txt") else spec.packages.split()
         script = [
             "set -euxo pipefail",
@@ -370,28 +369,25 @@ class EnvBuilder:
                 "python -m pip install "
                 + " ".join(shlex.quote(p) for p in [*packages, *spec.pip_packages])
             )
-        with self._sandbox(layers, upper, env) as sandbox:
-            if requirements is not None:
-                sandbox.write("/tmp/sweflow-requirements.txt", requirements)
-            self._run(sandbox, "\n".join(script), log, "environment")
-        return self.store.commit(upper, "env")
+        with self.store.fresh_upper() as upper:
+            with self._sandbox(layers, upper, env) as sandbox:
+                if requirements is not None:
+                    sandbox.write("/tmp/sweflow-requirements.txt", requirements)
+                self._run(sandbox, "\n".join(script), log, "environment")
+            return self.store.commit(upper, "env")
 
     def _instance_layer(self, instance: Instance, spec: EnvSpec, layers, env, log: Path):
-        upper = self.store.new_upper()
         git_dir = self._repo(instance)
-        export_commit(git_dir, instance.base_commit, upper / WORKDIR.lstrip("/"))
-        if spec.install:
-            with self._sandbox(layers, upper, {**env}) as sandbox:
-                self._run(
-                    sandbox,
-                    f"set -euxo pipefail\ncd {WORKDIR}\n{spec.install}\n{EXCLUDE_INSTALL_FILES}",
-                    log,
-                    "install",
-                )
-        else:
-            with open(log, "a") as f:
-                f.write("no install command: the repository is used as checked out\n")
-        return self.store.commit(upper, "instance")
+        with self.store.fresh_upper() as upper:
+            export_commit(git_dir, instance.base_commit, upper / WORKDIR.lstrip("/"))
+            if spec.install:
+                with self._sandbox(layers, upper, {**env}) as sandbox:
+                    install = f"set -euxo pipefail\ncd {WORKDIR}\n{spec.install}\n"
+                    self._run(sandbox, install + EXCLUDE_INSTALL_FILES, log, "install")
+            else:
+                with open(log, "a") as f:
+                    f.write("no install command: the repository is used as checked out\n")
+            return self.store.commit(upper, "instance")
 
     def check_sources(self, instances: Iterable[Instance]) -> None:
         """Raise a RepoError naming every repository of ``instances`` that has no source."""

@@ -288,6 +288,17 @@ class LayerStore:
         os.chmod(upper, 0o755)  # the merged root takes its mode from here: not from the umask
         return upper
 
+    @contextmanager
+    def fresh_upper(self) -> Iterator[Path]:
+        """:meth:`new_upper` for a block that ends in :meth:`commit`: when the block fails, the
+        directory goes at once (a failed build leaves nothing in tmp/, not even until gc)."""
+        upper = self.new_upper()
+        try:
+            yield upper
+        except BaseException:
+            shutil.rmtree(upper.parent, ignore_errors=True)
+            raise
+
     def commit(self, upper: Path, kind: LayerKind) -> Layer:
         """Store the tree at ``upper`` (consumed: moved or deleted) as a layer.
 
