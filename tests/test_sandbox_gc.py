@@ -15,6 +15,7 @@ from sweflow.sandbox.local import hostroot
 from sweflow.sandbox.local.backend import state_dir
 from sweflow.sandbox.local.gc import collect_garbage
 from sweflow.sandbox.local.leaks import leftovers
+from sweflow.sandbox.mounts import mount_points
 from sweflow.sandbox.procs import running
 
 OWNER_SCRIPT = """
@@ -86,13 +87,16 @@ def test_gc_keeps_live_sandboxes(bookworm_rootfs: Path) -> None:
 def test_host_root_layer_is_read_only_and_masked(tmp_path: Path) -> None:
     secret = Path("/root") / f".sweflow-test-secret-{os.getpid()}"
     secret.write_text("host secret")
+    spec = SandboxSpec(layers=[Path("/")], workdir="/")
     try:
-        with open_sandbox(SandboxSpec(layers=[Path("/")], workdir="/")) as sandbox:
+        with open_sandbox(spec) as sandbox, open_sandbox(spec) as other:
             assert sandbox.exec(f"cat {secret}").exit_code != 0  # /root is masked
             assert sandbox.exec("test -x /bin/sh && echo yes").output == "yes\n"
             assert sandbox.exec("echo x > /usr/sweflow-written && cat /usr/sweflow-written").ok
+            other.close()  # the view stays while one sandbox still uses it
+            assert str(hostroot.VIEW) in mount_points()
+            assert sandbox.exec("test -x /bin/sh").ok
         assert not Path("/usr/sweflow-written").exists()
     finally:
         secret.unlink()
-    report = collect_garbage()
-    assert str(hostroot.VIEW) in report.unmounted or not hostroot.VIEW.exists()
+    assert str(hostroot.VIEW) not in mount_points()  # the last one out unmounted it

@@ -88,6 +88,20 @@ def test_cannot_read_host_file_by_absolute_path(local_sandbox, host_secret):
         assert "No such file" in result.output
 
 
+def test_host_root_base_hides_what_root_can_read_on_the_host(open_local):
+    """With the host's / as the base, root inside is root on the host: its secrets are masked."""
+    from sweflow.sandbox import SandboxSpec
+
+    sandbox = open_local(SandboxSpec(layers=[Path("/")], workdir="/"))
+    for path in ("/etc/shadow", "/etc/gshadow"):
+        if Path(path).is_file():
+            assert sandbox.exec(f"cat {path}; echo x > {path}; cat {path}").output == "", path
+            assert "x" not in Path(path).read_text().split("\n")  # the host file is untouched
+    for folder in ("/etc/ssh", "/etc/ssl/private", "/root", "/home"):
+        if Path(folder).is_dir():
+            assert sandbox.exec(f"ls -A {folder}").output == "", folder  # no host keys
+
+
 def test_cannot_read_host_file_via_dotdot(sandbox_spec, open_local, host_secret, tmp_path):
     token, paths = host_secret
     layer = tmp_path / "layer"  # a layer that sits right next to the secret on the host

@@ -43,8 +43,9 @@ DEFAULT_INCLUDE: tuple[str, ...] = (
 )
 MARKER = ".sweflow-rootfs.json"
 
-# Host directories the sandbox runtime hides behind empty tmpfs when the host root is the base
-# layer: they hold users' data and per-boot state that a sandbox must neither see nor share.
+# Host paths the sandbox runtime hides when the host root is the base layer (a directory behind
+# an empty tmpfs, a file behind a read-only /dev/null): users' data, per-boot state and the
+# secrets that root can read on the host, which a sandbox must neither see nor share.
 HOST_MASKED_PATHS: tuple[str, ...] = (
     "/root",
     "/home",
@@ -53,6 +54,15 @@ HOST_MASKED_PATHS: tuple[str, ...] = (
     "/var/tmp",
     "/mnt",
     "/media",
+    # the sandbox's root is the host's root in a root-run user namespace: it could read these
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/var/lib/docker",
+    "/var/lib/containerd",
 )
 
 _LOG_TAIL_LINES = 30
@@ -85,7 +95,8 @@ def host_rootfs() -> Path:
 
     Nothing is copied, so it costs no disk and no build time, and the sandbox gets the host's
     toolchains. Unlike SWE-MiniSandbox the sandbox runtime (not this function) masks
-    ``HOST_MASKED_PATHS`` with private tmpfs mounts, and writes land in the sandbox's upper
+    ``HOST_MASKED_PATHS`` (users' folders, shadow files, ssh host keys, private TLS keys,
+    container stores), and writes land in the sandbox's upper
     layer, never on the host.
     """
     return Path("/")

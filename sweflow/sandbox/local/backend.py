@@ -73,6 +73,7 @@ class LocalSandbox(Sandbox):
         self._proc: subprocess.Popen[bytes] | None = None
         self._cgroups: SandboxCgroups | None = None
         self._work_dir: Path | None = None
+        self._host_root = -1  # the fd holding the host-root view, when a layer is the host's /
         try:
             self._start()
         except BaseException:
@@ -105,7 +106,9 @@ class LocalSandbox(Sandbox):
         argv += ["--net", "1" if spec.network else "0"]
         for layer in spec.layers:
             if hostroot.is_host_root(layer):
-                argv += ["--lower", str(hostroot.host_root_view())]
+                if self._host_root < 0:
+                    self._host_root = hostroot.acquire()
+                argv += ["--lower", str(hostroot.VIEW)]
                 for path in hostroot.HOST_MASKED_PATHS:
                     argv += ["--mask", path]
             else:
@@ -231,6 +234,9 @@ class LocalSandbox(Sandbox):
             if self._work_dir is not None:
                 shutil.rmtree(self._work_dir, ignore_errors=True)
             shutil.rmtree(self.dir, ignore_errors=True)
+            if self._host_root >= 0:  # after the init is gone: its overlay no longer needs it
+                hostroot.release(self._host_root)
+                self._host_root = -1
 
     # -- commands ---------------------------------------------------------------------------
     def exec(

@@ -256,11 +256,17 @@ static void setup_root(void) {
     const char *dirs[] = {"/proc", "/sys", "/tmp", "/dev"};
     for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
         mkdir_p(in_root(dirs[i]), 0755);
-    for (int i = 0; i < cfg.nmasks; i++) { /* hide host directories when the host root is a layer */
+    for (int i = 0; i < cfg.nmasks; i++) { /* hide host paths when the host root is a layer */
         struct stat st;
-        if (stat(in_root(cfg.masks[i]), &st) == 0 && S_ISDIR(st.st_mode))
-            xmount("sweflow-mask", in_root(cfg.masks[i]), "tmpfs", MS_NOSUID | MS_NODEV,
-                   "mode=0755,size=1048576");
+        const char *p = in_root(cfg.masks[i]);
+        if (stat(p, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) { /* an empty directory in its place */
+            xmount("sweflow-mask", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1048576");
+        } else if (S_ISREG(st.st_mode)) { /* an empty, read-only file: /dev/null, as docker does */
+            xmount("/dev/null", p, NULL, MS_BIND, NULL);
+            remount_ro(p, 0);
+        }
     }
     xmount("proc", in_root("/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
     /* The kernel-global files of /proc check only the file mode, and with the identity id map
