@@ -100,3 +100,32 @@ def test_host_root_layer_is_read_only_and_masked(tmp_path: Path) -> None:
     finally:
         secret.unlink()
     assert str(hostroot.VIEW) not in mount_points()  # the last one out unmounted it
+
+
+def test_gc_never_touches_a_sandbox_that_opens_while_it_runs(bookworm_rootfs: Path) -> None:
+    """gc lists sandbox folders, then cgroups: one opened in between must survive both, and
+    one closing meanwhile must not make gc fail."""
+    import threading
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    rounds = [0]
+
+    def gc_loop() -> None:
+        while not stop.is_set():
+            try:
+                collect_garbage()
+                rounds[0] += 1
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+
+    thread = threading.Thread(target=gc_loop)
+    thread.start()
+    try:
+        for i in range(30):
+            with open_sandbox(SandboxSpec(layers=[bookworm_rootfs])) as sandbox:
+                assert sandbox.exec(f"sleep 0.05; echo {i}").output == f"{i}\n"
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == [] and rounds[0] > 30

@@ -155,15 +155,14 @@ class LocalSandbox(Sandbox):
         self._poll.register(self._out, select.POLLIN)
         self._poll.register(self._ctl, select.POLLIN)
         self.init_pid = int(self._await_ctl("pid", OPEN_TIMEOUT_S)[0])
-        (self.dir / OWNER_FILE).write_text(
-            json.dumps(
-                {
-                    "keeper_pid": self._proc.pid,
-                    "keeper_start": start_ticks(self._proc.pid),
-                    "work_dir": str(self._work_dir) if self._work_dir else None,
-                }
-            )
-        )
+        owner = {
+            "keeper_pid": self._proc.pid,
+            "keeper_start": start_ticks(self._proc.pid),
+            "work_dir": str(self._work_dir) if self._work_dir else None,
+        }
+        partial = self.dir / f"{OWNER_FILE}.part"  # gc must never read a half-written owner
+        partial.write_text(json.dumps(owner))
+        partial.rename(self.dir / OWNER_FILE)
         self.shell_ns_pid = int(self._await_ctl("ready", OPEN_TIMEOUT_S)[0])
         self.root = f"/proc/{self.init_pid}/root"
 

@@ -144,8 +144,10 @@ def stale_groups(live_ids: set[str]) -> list[Path]:
     return stale
 
 
-def kill_and_remove(directory: Path) -> None:
-    """Kill whatever is left in a cgroup, then remove it (retrying while the kernel reaps)."""
+def kill_and_remove(directory: Path) -> bool:
+    """Kill whatever is left in a cgroup, then remove it (retrying while the kernel reaps).
+
+    False when the cgroup went away by itself meanwhile (its sandbox closed as gc ran)."""
     procs = directory / "cgroup.procs"
     for _ in range(100):
         try:
@@ -155,10 +157,12 @@ def kill_and_remove(directory: Path) -> None:
                 except ProcessLookupError:
                     pass
             directory.rmdir()
-            return
+            return True
         except FileNotFoundError:
-            return
+            return False
         except OSError as exc:
+            if exc.errno == errno.ENODEV:  # being removed by its owner
+                return False
             if exc.errno != errno.EBUSY:
                 raise
             time.sleep(0.01)

@@ -2,7 +2,7 @@
 
 A sandbox's processes and mounts die with its init (the kernel tears the namespaces down), so
 after a crash what can remain on the host is its state directory, a disk-upper work directory,
-its cgroups and, once no sandbox is left, the shared host-root view mount.
+its cgroups and, once no sandbox holds it, the shared host-root view mount.
 """
 
 from __future__ import annotations
@@ -28,12 +28,16 @@ class GcReport:
     unmounted: list[str] = field(default_factory=list)
 
 
-def _is_live(directory: Path) -> bool:
+def _is_live(directory: Path) -> bool | None:
+    """Whether the sandbox of ``directory`` is open (or opening); None if it closed just now."""
     try:
         owner = json.loads((directory / OWNER_FILE).read_text())
         return running(owner["keeper_pid"], owner["keeper_start"])
-    except FileNotFoundError:  # still opening, or crashed before it recorded its keeper
-        return time.time() - directory.stat().st_mtime < OPEN_TIMEOUT_S
+    except FileNotFoundError:  # still opening, crashed before it recorded its keeper, or gone
+        try:
+            return time.time() - directory.stat().st_mtime < OPEN_TIMEOUT_S
+        except FileNotFoundError:
+            return None
     except (OSError, ValueError, KeyError):
         return False
 
@@ -48,7 +52,10 @@ def collect_garbage() -> GcReport:
     root = state_dir()
     entries = sorted(root.iterdir()) if root.is_dir() else []
     for directory in entries:
-        if _is_live(directory):
+        live = _is_live(directory)
+        if live is None:  # closed since it was listed: nothing left for gc
+            continue
+        if live:
             report.live.append(directory.name)
             continue
         report.unmounted += [p for p in mounts_under(directory) if _umount(p)]
@@ -61,8 +68,13 @@ def collect_garbage() -> GcReport:
         shutil.rmtree(directory, ignore_errors=True)
         report.removed_dirs.append(directory.name)
     for group in cgroups.stale_groups(set(report.live)):
-        cgroups.kill_and_remove(group)
-        report.removed_cgroups.append(str(group))
-    if not report.live and hostroot.VIEW.exists():
-        report.unmounted += [p for p in mounts_under(hostroot.VIEW) if _umount(p)]
+        # A sandbox that opened after the folders were listed is live all the same: its state
+        # folder is made before its cgroups, so it exists by the time its cgroup is listed.
+        directory = root / group.name
+        if _is_live(directory):
+            continue
+        if cgroups.kill_and_remove(group):
+            report.removed_cgroups.append(str(group))
+    if hostroot.unmount_if_unused():
+        report.unmounted.append(str(hostroot.VIEW))
     return report

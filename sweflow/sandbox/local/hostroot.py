@@ -18,7 +18,7 @@ from sweflow.sandbox.base import SandboxConfigError, SandboxStartError
 from sweflow.sandbox.mounts import mount_points
 from sweflow.sandbox.rootfs import HOST_MASKED_PATHS
 
-__all__ = ["HOST_MASKED_PATHS", "VIEW", "acquire", "is_host_root", "release"]
+__all__ = ["HOST_MASKED_PATHS", "VIEW", "acquire", "is_host_root", "release", "unmount_if_unused"]
 
 VIEW = Path("/run/sweflow/hostroot")
 LOCK = Path("/run/sweflow/hostroot.lock")
@@ -38,8 +38,7 @@ def acquire() -> int:
             "the host-root layer needs root, to bind-mount / at "
             f"{VIEW}; use a debootstrap or docker-image base layer instead"
         )
-    LOCK.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = _open_lock()
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
         _mount()
@@ -52,14 +51,36 @@ def acquire() -> int:
 def release(fd: int) -> None:
     """Let go of the view; the last sandbox to let go unmounts it."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return  # another sandbox still uses it
-    else:
-        if str(VIEW) in mount_points():
-            subprocess.run(["umount", str(VIEW)], capture_output=True)
+        _unmount_if_last(fd)
     finally:
         os.close(fd)
+
+
+def unmount_if_unused() -> bool:
+    """Unmount the view if no sandbox holds it (``sandbox gc``, after a crash: the kernel drops
+    a dead process's lock); whether it was unmounted."""
+    if str(VIEW) not in mount_points():
+        return False
+    fd = _open_lock()
+    try:
+        return _unmount_if_last(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_lock() -> int:
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def _unmount_if_last(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # another sandbox still uses it
+    if str(VIEW) not in mount_points():
+        return False
+    return subprocess.run(["umount", str(VIEW)], capture_output=True).returncode == 0
 
 
 def _mount() -> None:
