@@ -1,3 +1,3 @@
-from sweflow.cli import app
+from sweflow.cli.entry import main
 
-app()
+main()

@@ -26,7 +26,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -44,6 +43,7 @@ from sweflow.paths import rootfs_cache
 from sweflow.sandbox import Bind, Limits, SandboxSpec, open_sandbox
 from sweflow.sandbox.rootfs import resolve_base
 from sweflow.sandbox.spec import DEFAULT_PATH
+from sweflow.sandbox.tracking import interruptible_map
 
 VENV = "/opt/sweflow/venv"
 WORKDIR = "/testbed"
@@ -196,8 +196,7 @@ class EnvBuilder:
         naming it and where it was looked for, before any layer is built.
         """
         self.check_sources(i for i in instances if not self.store.has_instance(i.instance_id))
-        with ThreadPoolExecutor(max_workers=self.options.max_workers) as pool:
-            return list(pool.map(self._build_one, instances))
+        return interruptible_map(self._build_one, instances, self.options.max_workers)
 
     def pack(self, instance_ids: Sequence[str], fmt: Literal["squashfs", "erofs"]) -> int:
         """Pack the built instances' own layers into images (mounted read-only from then on).

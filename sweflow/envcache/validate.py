@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -21,6 +20,7 @@ from sweflow.errors import ConfigError
 from sweflow.grading.evalscript import EvalRun, run_eval, test_spec_for
 from sweflow.instances import Instance, write_jsonl
 from sweflow.sandbox import SandboxSpec, open_sandbox
+from sweflow.sandbox.tracking import interruptible_map
 
 Outcome = Literal["valid", "gold_fails", "f2p_passes_without_fix", "flaky", "build_error"]
 
@@ -152,13 +152,14 @@ def validate(
         if value <= 0:
             raise ConfigError(f"validate: {name} must be positive, got {value}")
     items = list(prepared)
-    results: list[Validation] = []
-    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        for result in pool.map(lambda p: validate_one(p, log_root, runs, timeout), items):
-            results.append(result)
-            if on_done:
-                on_done(result)
-    return results
+
+    def one(prep: Prepared) -> Validation:
+        result = validate_one(prep, log_root, runs, timeout)
+        if on_done:
+            on_done(result)
+        return result
+
+    return interruptible_map(one, items, max_workers)
 
 
 def write_outputs(

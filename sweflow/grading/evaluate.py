@@ -17,7 +17,6 @@ import json
 import shutil
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from sweflow.grading.predictions import Prediction
 from sweflow.grading.reward import PATCH_FILE, Grader, RewardResult
 from sweflow.grading.runlog import RunLog
 from sweflow.instances import Instance
+from sweflow.sandbox.tracking import interruptible_map
 
 _CWD_LOCK = threading.Lock()  # make_run_report reads logs relative to the working directory
 
@@ -83,8 +83,7 @@ def evaluate(
             on_done(outcome)
         return outcome
 
-    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        outcomes = list(pool.map(one, predictions))
+    outcomes = interruptible_map(one, predictions, max_workers)
     report_path = _run_report(instances, predictions, run_id, root, report_dir, dataset_name)
     report = json.loads(report_path.read_text())
     markdown = report_path.with_suffix(".md")

@@ -39,10 +39,15 @@ __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def open_sandbox(spec: SandboxSpec, backend: str = DEFAULT_BACKEND) -> Sandbox:
-    """Open a sandbox for ``spec`` with the named backend (imported only when used)."""
+    """Open a sandbox for ``spec`` with the named backend (imported only when used).
+
+    The sandbox is tracked, so that Ctrl-C in :func:`~sweflow.sandbox.tracking.interruptible_map`
+    closes it."""
+    from sweflow.sandbox import tracking
     from sweflow.sandbox.backends import backend_class
 
-    return backend_class(backend)(spec)
+    tracking.refuse_if_interrupted()
+    return tracking.track(backend_class(backend)(spec))
 
 
 __all__ = sorted([*_EXPORTS, "open_sandbox"])

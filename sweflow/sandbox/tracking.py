@@ -1,0 +1,69 @@
+"""Every sandbox this process has open, so that Ctrl-C can close them all within a second.
+
+A worker thread blocked in ``exec`` (a test suite that runs for minutes) would keep the process
+alive after Ctrl-C until its command ended, and a second Ctrl-C would leave its directory and
+cgroups behind. :func:`interruptible_map` runs work items in threads; on KeyboardInterrupt it
+drops the items not started, refuses new sandboxes, closes the open ones (their running
+commands fail at once: ``close`` is safe from another thread) and re-raises once every worker
+has returned, so what the workers write on the way out (logs, error records) is complete.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from sweflow.sandbox.base import Sandbox
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_open: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+_lock = threading.Lock()
+_interrupted = threading.Event()
+
+
+def refuse_if_interrupted() -> None:
+    """Raise SandboxStartError while an interrupt is closing this process's sandboxes."""
+    if _interrupted.is_set():
+        from sweflow.sandbox.base import SandboxStartError
+
+        raise SandboxStartError("interrupted: no new sandbox is opened")
+
+
+def track(sandbox: Sandbox) -> Sandbox:
+    """Remember an opened sandbox (weakly); one opened during an interrupt is closed at once."""
+    with _lock:
+        _open.add(sandbox)
+    if _interrupted.is_set():
+        sandbox.close()
+        refuse_if_interrupted()
+    return sandbox
+
+
+def close_all() -> int:
+    """Close every sandbox this process has open; returns how many were."""
+    with _lock:
+        sandboxes = list(_open)
+    for sandbox in sandboxes:
+        sandbox.close()
+    return len(sandboxes)
+
+
+def interruptible_map(fn: Callable[[T], R], items: Iterable[T], max_workers: int) -> list[R]:
+    """``list(ThreadPoolExecutor(max_workers).map(fn, items))`` that Ctrl-C stops at once."""
+    pool = ThreadPoolExecutor(max_workers=max_workers)
+    try:
+        return list(pool.map(fn, items))
+    except KeyboardInterrupt:
+        _interrupted.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        close_all()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        _interrupted.clear()

@@ -1,0 +1,71 @@
+"""Ctrl-C during a real ``sweflow eval``: it stops within about a second and leaves nothing.
+
+The predictions add a root conftest.py that sleeps for two minutes, so every eval script is busy
+in its sandbox when SIGINT comes: before it stopped only when the script ended, and each
+interrupted run left sandbox folders and cgroups behind.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sweflow.sandbox.local.leaks import leftovers
+
+SLEEPY_PATCH = """diff --git a/conftest.py b/conftest.py
+new file mode 100644
+--- /dev/null
++++ b/conftest.py
+@@ -0,0 +1,2 @@
++import time
++time.sleep(120)
+"""
+
+
+def _sandbox_dirs() -> set[str]:
+    return set(leftovers()["dirs"])
+
+
+@pytest.mark.parametrize("moment", ["loading", "sandbox opening", "test script running"])
+def test_ctrl_c_during_eval_stops_at_once_and_leaves_nothing(grading_data, tmp_path, moment):
+    rows = [{"instance_id": i.instance_id, "model_patch": SLEEPY_PATCH, "model_name_or_path": "m"}
+            for i in grading_data.instances[:3]]  # fmt: skip
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = leftovers()
+    argv = [sys.executable, "-m", "sweflow.cli", "eval", "-d", str(grading_data.dataset),
+            "-p", str(preds), "--run-id", "r", "--store", str(grading_data.store),
+            "--report-dir", str(tmp_path), "-j", "2"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        if moment != "loading":
+            while not (_sandbox_dirs() - set(before["dirs"])):  # grading has opened one
+                assert proc.poll() is None and time.monotonic() < deadline, "no sandbox opened"
+                time.sleep(0.02)
+        if moment == "test script running":
+            time.sleep(3)  # inside conftest.py's sleep
+        else:
+            time.sleep(0.2)
+        assert proc.poll() is None
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        stopped_after = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = proc.stdout.read().decode(errors="replace")  # type: ignore[union-attr]
+    print(f"{moment}: stopped {stopped_after:.2f} s after SIGINT, exit {code}")
+    assert code != 0, output
+    assert "Traceback" not in output, output
+    assert stopped_after < 5, output  # the sleeping test scripts had two minutes to go
+    after = leftovers()
+    for kind in ("dirs", "mounts", "processes", "cgroups"):
+        assert set(after[kind]) <= set(before[kind]), (kind, after[kind])
