@@ -1,4 +1,5 @@
-"""Ctrl-C during a real ``sweflow eval``: it stops within about a second and leaves nothing.
+"""Ctrl-C during a real ``sweflow eval`` or ``collect``: it stops within about a second and
+leaves nothing.
 
 The predictions add a root conftest.py that sleeps for two minutes, so every eval script is busy
 in its sandbox when SIGINT comes: before it stopped only when the script ended, and each
@@ -37,10 +38,23 @@ def test_ctrl_c_during_eval_stops_at_once_and_leaves_nothing(grading_data, tmp_p
             for i in grading_data.instances[:3]]  # fmt: skip
     preds = tmp_path / "preds.jsonl"
     preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["eval", "-d", str(grading_data.dataset), "-p", str(preds), "--run-id", "r", "-j", "2",
+            "--store", str(grading_data.store), "--report-dir", str(tmp_path)]  # fmt: skip
+    _interrupt(argv, tmp_path, moment)
+
+
+def test_ctrl_c_during_collect_stops_at_once_and_leaves_nothing(grading_data, tmp_path):
+    """Agent runs are asyncio tasks whose sandbox commands and gradings run in threads."""
+    argv = ["collect", "-d", str(grading_data.dataset), "--store", str(grading_data.store),
+            "--teacher", "replay", "--tool-mode", "text", "-o", str(tmp_path / "out"), "-c", "3",
+            "-k", "2"]  # fmt: skip
+    _interrupt(argv, tmp_path, "sandbox opening")
+
+
+def _interrupt(command: list[str], tmp_path, moment: str) -> None:
+    """Run ``sweflow COMMAND``, SIGINT it at ``moment``, check it stops at once, leaving nothing."""
     before = leftovers()
-    argv = [sys.executable, "-m", "sweflow.cli", "eval", "-d", str(grading_data.dataset),
-            "-p", str(preds), "--run-id", "r", "--store", str(grading_data.store),
-            "--report-dir", str(tmp_path), "-j", "2"]  # fmt: skip
+    argv = [sys.executable, "-m", "sweflow.cli", *command]
     proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120

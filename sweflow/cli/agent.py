@@ -58,9 +58,8 @@ def run_job(
 ) -> JobSummary:
     """Run ``job`` on a Batch of ``batch_options`` with a progress bar, and one client shared by
     every run when ``model`` is given (a teacher such as replay has one per run instead)."""
-    import asyncio
-
     from sweflow.agent import Batch, ModelClient
+    from sweflow.sandbox.tracking import run_interruptible
 
     counts = {"resolved": 0, "submitted": 0}
     with Progress(
@@ -91,7 +90,7 @@ def run_job(
                 if client is not None:
                     await client.close()
 
-        return asyncio.run(go())
+        return run_interruptible(go())
 
 
 def print_summary(title: str, summary: JobSummary) -> None:

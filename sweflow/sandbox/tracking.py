@@ -6,15 +6,17 @@ cgroups behind. :func:`interruptible_map` runs work items in threads; on Keyboar
 drops the items not started, refuses new sandboxes, closes the open ones (their running
 commands fail at once: ``close`` is safe from another thread) and re-raises once every worker
 has returned, so what the workers write on the way out (logs, error records) is complete.
+:func:`run_interruptible` does the same for an asyncio job (agent runs) when Ctrl-C cancels it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from sweflow.sandbox.base import Sandbox
@@ -54,16 +56,43 @@ def close_all() -> int:
     return len(sandboxes)
 
 
+def interrupt() -> None:
+    """Refuse new sandboxes and close the open ones (until :func:`resume`)."""
+    _interrupted.set()
+    close_all()
+
+
+def resume() -> None:
+    """Sandboxes may open again: the interrupted work has wound down."""
+    _interrupted.clear()
+
+
 def interruptible_map(fn: Callable[[T], R], items: Iterable[T], max_workers: int) -> list[R]:
     """``list(ThreadPoolExecutor(max_workers).map(fn, items))`` that Ctrl-C stops at once."""
     pool = ThreadPoolExecutor(max_workers=max_workers)
     try:
         return list(pool.map(fn, items))
     except KeyboardInterrupt:
-        _interrupted.set()
         pool.shutdown(wait=False, cancel_futures=True)
-        close_all()
+        interrupt()
         raise
     finally:
         pool.shutdown(wait=True)
-        _interrupted.clear()
+        resume()
+
+
+def run_interruptible(main: Coroutine[Any, Any, R]) -> R:
+    """``asyncio.run(main)`` that Ctrl-C stops at once: asyncio cancels the tasks, but the threads
+    they started (a sandbox command, a grading) would hold the exit until they end."""
+
+    async def guarded() -> R:
+        try:
+            return await main
+        except asyncio.CancelledError:
+            interrupt()
+            raise
+
+    try:
+        return asyncio.run(guarded())
+    finally:
+        resume()
