@@ -38,14 +38,13 @@ from sweflow.agent.config import AgentConfig
 from sweflow.agent.jobs import replay_collect
 from sweflow.agent.loop import run_agent
 from sweflow.agent.trajectory import Trajectory
-from sweflow.bench import BenchError
+from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
 from sweflow.bench.reward import HostChroot
 from sweflow.envcache.builder import instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
 from sweflow.grading.dataset import GradingData
 from sweflow.instances import Instance
-from sweflow.paths import cache_root
 from sweflow.sandbox import open_sandbox
 from sweflow.serving import resolve_model
 from sweflow.training.config import SFTConfig
@@ -54,16 +53,14 @@ from sweflow.training.rl import train_rl
 from sweflow.training.rl_config import RLConfig
 from sweflow.training.sft import train_sft
 
-DEMO = Path(__file__).resolve().parents[2] / "data" / "demo" / "tasks.jsonl"
-WHEELHOUSE = Path.home() / ".cache" / "sweflow-test" / "wheelhouse"  # scripts/prefetch.py
 EVAL_REPO = "pypi/toolz"
 Progress = Callable[[str], None]
 
 
 def run(quick: bool = False, docker: bool = True, progress: Progress = print) -> dict:
     tasks, steps, reps = (2, 4, 4) if quick else (4, 8, 6)
-    root = cache_root() / "bench" / "rl"
-    data = GradingData.load(DEMO, root / "store", WHEELHOUSE if WHEELHOUSE.is_dir() else None)
+    root = bench_root("rl")
+    data = GradingData.load(DEMO, root / "store", wheelhouse())
     data.instances = data.sample(tasks, exclude={r.instance_id for r in data.instances
                                                  if r.repo == EVAL_REPO})  # fmt: skip
     progress(f"building {tasks} demo environments (cached after the first run)")

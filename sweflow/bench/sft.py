@@ -21,9 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sweflow.agent.jobs import replay_collect
-from sweflow.bench import BenchError
+from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
 from sweflow.grading.dataset import GradingData
-from sweflow.paths import cache_root
 from sweflow.serving import resolve_model
 from sweflow.training import data as sft_data
 from sweflow.training.chat import ChatEncoder
@@ -31,8 +30,6 @@ from sweflow.training.config import SFTConfig
 from sweflow.training.losses import mean_loss
 from sweflow.training.sft import train_sft
 
-DEMO = Path(__file__).resolve().parents[2] / "data" / "demo" / "tasks.jsonl"
-WHEELHOUSE = Path.home() / ".cache" / "sweflow-test" / "wheelhouse"  # scripts/prefetch.py
 EVAL_REPO = "pypi/toolz"
 SEQ_LEN = 1024
 LEARNING_RATE = 2e-5
@@ -42,8 +39,8 @@ Progress = Callable[[str], None]
 def run(quick: bool = False, progress: Progress = print) -> dict:
     steps = 6 if quick else 16
     train_tasks, eval_tasks = (8, 4) if quick else (24, 12)
-    root = cache_root() / "bench" / "sft"
-    data = GradingData.load(DEMO, root / "store", WHEELHOUSE if WHEELHOUSE.is_dir() else None)
+    root = bench_root("sft")
+    data = GradingData.load(DEMO, root / "store", wheelhouse())
     train_rows = [r for r in data.instances if r.repo != EVAL_REPO][:train_tasks]
     eval_rows = [r for r in data.instances if r.repo == EVAL_REPO][:eval_tasks]
     data.instances = train_rows + eval_rows

@@ -22,14 +22,13 @@ from pathlib import Path
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig
 from sweflow.agent.jobs import JobSummary, infer, replay_collect
 from sweflow.agent.runner import grade_with
-from sweflow.bench import BenchError
-from sweflow.bench.sft import DEMO, EVAL_REPO, WHEELHOUSE
+from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
+from sweflow.bench.sft import EVAL_REPO
 from sweflow.envcache.builder import instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
 from sweflow.grading.dataset import GradingData
 from sweflow.instances import Instance
-from sweflow.paths import cache_root
 from sweflow.serving import ServeConfig, resolve_model, vllm_server
 from sweflow.training.config import SFTConfig
 from sweflow.training.sft import train_sft
@@ -39,8 +38,8 @@ AGENT = AgentConfig(tool_mode="text", max_steps=8, max_wall_s=900)
 
 
 def run(quick: bool = False, progress: Progress = print) -> dict:
-    root = cache_root() / "bench" / "sft"
-    data = GradingData.load(DEMO, root / "store", WHEELHOUSE if WHEELHOUSE.is_dir() else None)
+    root = bench_root("sft")
+    data = GradingData.load(DEMO, root / "store", wheelhouse())
     train_rows = [r for r in data.instances if r.repo != EVAL_REPO]
     eval_rows = [r for r in data.instances if r.repo == EVAL_REPO][: 4 if quick else None]
     probe_rows = data.sample(2 if quick else 4, exclude={r.instance_id for r in eval_rows})

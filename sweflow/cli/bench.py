@@ -12,6 +12,7 @@ from rich.console import Console
 from sweflow.cli.common import App, BaseOption, console
 
 bench_app = App(help="Benchmarks of the sandbox backends and the pipeline stages.")
+STORE_HELP = "Layer store (built if needed); default: in the cache, one per benchmark."
 _err = Console(stderr=True)  # progress lines go to stderr, so --json keeps stdout clean
 
 
@@ -46,7 +47,11 @@ def bench_sandbox(
     ),
     base: str = BaseOption,
 ) -> None:
-    """open+exec+close latency, exec overhead, idle memory and leaks: local vs docker."""
+    """open+exec+close latency, exec overhead, idle memory and leaks: local vs docker.
+
+    Example:
+      sweflow bench sandbox --json --quick
+    """
     from sweflow.bench.sandbox import run
 
     root = _base_root(base)
@@ -56,12 +61,17 @@ def bench_sandbox(
 
 @bench_app.command("envprep")
 def bench_envprep(
-    dataset: str = typer.Option(..., "--dataset", "-d", help="Instances to build and time."),
+    dataset: str = typer.Option(
+        None,
+        "--dataset",
+        "-d",
+        help="Instances to build and time (default: the SWE-bench rows of tests/data/envcache).",
+    ),
     specs: Path = typer.Option(
         None, "--specs", help="Environment specs (default: beside dataset)."
     ),
     repo_mirror: Path = typer.Option(None, "--repo-mirror", help="Folder of git repos."),
-    store: Path = typer.Option(..., "--store", "-s", help="Layer store (built if needed)."),
+    store: Path = typer.Option(None, "--store", "-s", help=STORE_HELP),
     wheelhouse: Path = typer.Option(
         None, "--wheelhouse", help="Install offline from these wheels."
     ),
@@ -71,10 +81,18 @@ def bench_envprep(
         True, help="Include the docker baseline (starts dockerd if needed)."
     ),
 ) -> None:
-    """Cache-to-ready time and bytes per instance: sweflow vs untar vs docker."""
+    """Cache-to-ready time and bytes per instance: sweflow vs untar vs docker.
+
+    Examples:
+      sweflow bench envprep --json --quick
+      sweflow bench envprep -d data/demo --store store/ --json
+    """
+    from sweflow.bench import ENVCACHE, bench_root
     from sweflow.bench.envprep import run
     from sweflow.cli.env import load_dataset_rows, make_builder
 
+    dataset = dataset or str(ENVCACHE)
+    store = store or bench_root("envprep") / "store"
     rows = load_dataset_rows(dataset, None, None)
     builder = make_builder(dataset, specs, store, repo_mirror, None, None, None, wheelhouse, 2)
     report = run(
@@ -94,7 +112,11 @@ def bench_agent(
     latency_ms: float = typer.Option(100.0, "--latency-ms", help="The fake model's latency."),
     base: str = BaseOption,
 ) -> None:
-    """Agent overhead per step and rollouts/min at concurrency 1, 8, 32 (fixed-latency model)."""
+    """Agent overhead per step and rollouts/min at concurrency 1, 8, 32 (fixed-latency model).
+
+    Example:
+      sweflow bench agent --json --quick
+    """
     from sweflow.bench.agent import run
 
     root = _base_root(base)
@@ -110,7 +132,10 @@ def bench_agent(
 @bench_app.command("reward")
 def bench_reward(
     dataset: Path = typer.Option(
-        Path("tests/data/envcache/instances.jsonl"), "--dataset", "-d", help="Instances to grade."
+        None,
+        "--dataset",
+        "-d",
+        help="Instances to grade (default: the SWE-bench rows of tests/data/envcache).",
     ),
     specs: Path = typer.Option(
         None, "--specs", help="Environment specs (default: beside dataset)."
@@ -118,7 +143,7 @@ def bench_reward(
     repo_mirror: Path = typer.Option(
         None, "--repo-mirror", help="Folder of git repos or bundles (default: beside dataset)."
     ),
-    store: Path = typer.Option(..., "--store", "-s", help="Layer store (built if needed)."),
+    store: Path = typer.Option(None, "--store", "-s", help=STORE_HELP),
     wheelhouse: Path = typer.Option(
         None, "--wheelhouse", help="Install offline from these wheels."
     ),
@@ -130,11 +155,18 @@ def bench_reward(
     docker: bool = typer.Option(True, help="Include the docker backend (starts dockerd)."),
     harness: bool = typer.Option(True, help="Include swebench's run_evaluation (starts dockerd)."),
 ) -> None:
-    """Reward wall time: sweflow local and docker vs the official harness vs bare tests."""
+    """Reward wall time: sweflow local and docker vs the official harness vs bare tests.
+
+    Examples:
+      sweflow bench reward --json --quick
+      sweflow bench reward -d data/demo/tasks.jsonl --store store/ --limit 6 --no-harness
+    """
+    from sweflow.bench import ENVCACHE, bench_root
     from sweflow.bench.reward import run
     from sweflow.grading.dataset import GradingData
 
-    data = GradingData.load(dataset, store, wheelhouse, specs, repo_mirror)
+    store = store or bench_root("reward") / "store"
+    data = GradingData.load(dataset or ENVCACHE, store, wheelhouse, specs, repo_mirror)
     report = run(
         data,
         quick=quick,

@@ -190,7 +190,12 @@ def env_build(
     data: DatasetArgs,
     pack: str = typer.Option(None, "--pack", help="Pack built layers: squashfs or erofs."),
 ) -> None:
-    """Build (or find cached) the layers of every instance; exit 1 if any failed."""
+    """Build (or find cached) the layers of every instance; exit 1 if any failed.
+
+    Examples:
+      sweflow env build -d data/demo --store store/
+      sweflow env build -d tasks.jsonl --specs specs.yaml --repo-mirror mirrors/ -s store -i A,B
+    """
     if pack not in (None, "squashfs", "erofs"):
         raise CliError(f"--pack must be squashfs or erofs, not {pack!r}")
     rows = data.rows()
@@ -220,7 +225,11 @@ def env_validate(
         1800.0, "--timeout", help="Seconds per test run.", callback=positive
     ),
 ) -> None:
-    """Build what is missing, then check each instance's tests both ways in fresh sandboxes."""
+    """Build what is missing, then check each instance's tests both ways in fresh sandboxes.
+
+    Example:
+      sweflow env validate -d data/demo --store store/ --out valid.jsonl --report report/ --runs 2
+    """
     from sweflow.envcache.validate import validate, write_outputs
 
     rows = data.rows()
@@ -254,7 +263,11 @@ def env_shell(
     instance_id: str = typer.Argument(..., help="The instance to enter."),
     store: Path = StoreOption,
 ) -> None:
-    """An interactive shell in a fresh sandbox of a built instance (removed on exit)."""
+    """An interactive shell in a fresh sandbox of a built instance (removed on exit).
+
+    Example:
+      sweflow env shell pypi__parse-1.20.2.invert_if_else__ddb8ebd9 --store store/
+    """
     from sweflow.envcache.builder import instance_sandbox_spec
     from sweflow.envcache.store import LayerStore
     from sweflow.sandbox import open_sandbox
@@ -272,7 +285,12 @@ def env_gc(
     ),
     split: str = SplitOption,
 ) -> None:
-    """Remove layers no manifest needs (and manifests not in --dataset), with the bytes freed."""
+    """Remove layers no manifest needs (and manifests not in --dataset), with the bytes freed.
+
+    Examples:
+      sweflow env gc --store store/
+      sweflow env gc --store store/ -d data/demo/tasks.jsonl
+    """
     from sweflow.envcache.store import LayerStore
 
     keep = {i.instance_id for i in load_dataset_rows(dataset, split, None)} if dataset else None

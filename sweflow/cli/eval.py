@@ -38,7 +38,12 @@ def eval_command(
         False, help="Grade patches that edit test files as unresolved."
     ),
 ) -> None:
-    """Build what is missing, grade each prediction in a fresh sandbox, write swebench's files."""
+    """Build what is missing, grade each prediction in a fresh sandbox, write swebench's files.
+
+    Examples:
+      sweflow eval -d data/demo --store store/ -p gold --run-id gold
+      sweflow eval -d data/demo/tasks.jsonl --store store/ -p preds.json --run-id r1 -b docker
+    """
     from sweflow.grading.evaluate import evaluate
     from sweflow.grading.predictions import load_predictions
     from sweflow.grading.reward import Grader

@@ -33,13 +33,24 @@ app.command("eval")(eval_command)
 
 @app.command()
 def version() -> None:
-    """Print the sweflow version."""
+    """Print the sweflow version.
+
+    Example:
+      sweflow version
+    """
     console.print(f"sweflow {__version__}", highlight=False)
 
 
 @app.command()
 def demo(base: str = BaseOption) -> None:
-    """Run the main job on the embedded default config (for now: the sandbox demo)."""
+    """A first look at the sandbox: a file written, a command run and the diff, with timings.
+
+    (The main job on the embedded default config is `bash scripts/demo.sh`: the Prefect
+    pipeline from environments to evaluation.)
+
+    Example:
+      sweflow demo --base debian:bookworm
+    """
     from sweflow.demo import run_demo
 
     root = spec_from_options(base, [], "/", False).layers[0]
