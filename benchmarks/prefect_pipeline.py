@@ -9,7 +9,10 @@ scripts/prefetch.py:
 - ``cold_s``: the first run, in a fresh run directory (builds, validates, agents, grading);
 - ``cached_p50_s``: R re-runs with the same config (every stage must come back Cached);
 - ``retry_p50_s``: R times, a run whose `evaluate` fails by an injected fault, then
-  `prefect flow-run retry`: the retry's wall time (the done stages must come back Cached).
+  `prefect flow-run retry`: the retry's wall time (the done stages must come back Cached);
+- ``start_latency_p50_s``: R runs of the stage deployment `evaluate/demo` on the same config
+  (Cached), from submit to Running (the flow run's created and start times on the server), as a
+  user re-running one stage from the UI waits for it.
 
 Each is the wall time of `prefect deployment run --watch` (or of the retry until final), and the
 ratios are against the cold run of the same invocation. Prints one JSON object.
@@ -86,7 +89,7 @@ def main(args: list[str]) -> dict:
                     raise RuntimeError(f"cold run failed: {stack.state / 'worker.log'}")
                 _expect(stack.task_states(run_id), dict.fromkeys(STAGES, "Completed"), "cold")
                 print(f"cold: {cold:.1f} s", file=sys.stderr)
-                cached, retried = [], []
+                cached, retried, started = [], [], []
                 for rep in range(reps):
                     code, run_id, seconds = _timed_run(stack, config)
                     _expect(stack.task_states(run_id), dict.fromkeys(STAGES, "Cached"), "cached")
@@ -104,8 +107,13 @@ def main(args: list[str]) -> dict:
                     after = {**dict.fromkeys(STAGES[:-1], "Cached"), "evaluate": "Completed"}
                     _expect(stack.task_states(run_id) | {"final": final},
                             after | {"final": "Completed"}, "retry")  # fmt: skip
-                    print(f"rep {rep}: cached {seconds:.1f} s, retry {retried[-1]:.1f} s",
-                          file=sys.stderr)  # fmt: skip
+                    params = json.dumps({"config": config})
+                    code, run_id = stack.run("evaluate/demo", "--params", params, capture=True)
+                    if code != 0 or not run_id:
+                        raise RuntimeError("the evaluate/demo stage run failed")
+                    started.append(stack.start_latency(run_id))
+                    print(f"rep {rep}: cached {seconds:.1f} s, retry {retried[-1]:.1f} s, "
+                          f"stage start {started[-1]:.1f} s", file=sys.stderr)  # fmt: skip
             finally:
                 stack.down()
     cached_p50, retry_p50 = statistics.median(cached), statistics.median(retried)
@@ -117,6 +125,8 @@ def main(args: list[str]) -> dict:
         "retry_p50_s": round(retry_p50, 1),
         "cached_samples_s": [round(s, 1) for s in cached],
         "retry_samples_s": [round(s, 1) for s in retried],
+        "start_latency_p50_s": round(statistics.median(started), 2),
+        "start_latency_samples_s": [round(s, 2) for s in started],
         "cached_vs_cold": round(cached_p50 / cold, 3),
         "retry_vs_cold": round(retry_p50 / cold, 3),
     }

@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +51,8 @@ class LocalPrefect:
             "DO_NOT_TRACK": "1",
             "PREFECT_LOGGING_EXTRA_LOGGERS": "sweflow",
             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+            # a run submitted from the UI or the CLI starts within a second, not within 10
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
             "PYTHONPATH": str(self.root),
             "SWEFLOW_ROOT": str(self.root),
         }
@@ -84,7 +87,7 @@ class LocalPrefect:
 
     def run(self, deployment: str, *params: str, timeout: float = 3600, capture: bool = False):
         """``prefect deployment run NAME --watch``: (exit code, flow run id when captured)."""
-        args = ["deployment", "run", deployment, "--watch", *params]
+        args = ["deployment", "run", deployment, "--watch", "--watch-interval", "1", *params]
         done = self.prefect(*args, check=False, timeout=timeout, capture=capture)
         found = re.search(r"UUID: ([0-9a-f-]{36})", done.stdout or "")
         return done.returncode, found[1] if found else None
@@ -97,6 +100,15 @@ class LocalPrefect:
         )
         with urllib.request.urlopen(request, timeout=30) as reply:
             return json.loads(reply.read())
+
+    def start_latency(self, flow_run_id: str) -> float:
+        """Seconds from a flow run's creation (the submit) to its start (Running)."""
+        run = self.api(f"flow_runs/{flow_run_id}")
+        created, started = (
+            datetime.fromisoformat(run[k])
+            for k in ("created", "start_time")  # type: ignore[index]
+        )
+        return (started - created).total_seconds()
 
     def wait(self, flow_run_id: str, timeout: float = 1800) -> str:
         """Poll a flow run until it is final; its state name ("Completed", "Failed"...)."""

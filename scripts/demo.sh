@@ -26,7 +26,7 @@ fi
 export PATH=$ROOT/.venv/bin:$PATH PREFECT_API_URL=http://127.0.0.1:4200/api PREFECT_HOME=$STATE/home
 start=$(date +%s)
 rc=0
-prefect deployment run end-to-end/demo --watch "${params[@]}" || rc=$?
+prefect deployment run end-to-end/demo --watch --watch-interval 1 "${params[@]}" || rc=$?
 echo
 echo "pipeline: $(( $(date +%s) - start )) s, exit $rc"
 echo "Prefect UI:      http://127.0.0.1:4200   (server and worker logs: $STATE)"
