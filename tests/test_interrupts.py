@@ -28,6 +28,10 @@ new file mode 100644
 """
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _sandbox_dirs() -> set[str]:
     return set(leftovers()["dirs"])
 
@@ -55,7 +59,10 @@ def _interrupt(command: list[str], tmp_path, moment: str) -> None:
     """Run ``sweflow COMMAND``, SIGINT it at ``moment``, check it stops at once, leaving nothing."""
     before = leftovers()
     argv = [sys.executable, "-m", "sweflow.cli", *command]
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # A shell starts background jobs with SIGINT ignored (CI runs us so): the child gets the
+    # default disposition, as a command typed at a terminal has.
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=_default_sigint)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         if moment != "loading":
