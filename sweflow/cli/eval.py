@@ -35,7 +35,7 @@ def eval_command(
         1800.0, "--timeout", help="Seconds per eval script.", callback=positive
     ),
     reject_test_edits: bool = typer.Option(
-        False, help="Grade patches that edit test files as unresolved."
+        False, "--reject-test-edits", help="Grade patches that edit test files as unresolved."
     ),
 ) -> None:
     """Build what is missing, grade each prediction in a fresh sandbox, write swebench's files.
