@@ -19,14 +19,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sweflow.bench import ENVCACHE, WHEELHOUSE
 from sweflow.bench.envprep import run
 from sweflow.envcache.builder import BuildOptions, EnvBuilder
 from sweflow.envcache.specs import load_specs
 from sweflow.instances import load_instances
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent / "tests" / "data" / "envcache"
-WHEELHOUSE = Path.home() / ".cache" / "sweflow-test" / "wheelhouse"
+DATA = ENVCACHE.parent
 
 
 def main(quick: bool, docker: bool) -> dict:

@@ -31,10 +31,9 @@ sys.path.insert(0, str(ROOT))  # deployments/ is not installed
 
 from deployments.local import LocalPrefect  # noqa: E402
 from sweflow.agent.scripted import gold_replay, scripted_endpoint  # noqa: E402
+from sweflow.bench import DEMO, WHEELHOUSE  # noqa: E402
 from sweflow.grading.dataset import GradingData  # noqa: E402
 
-DEMO = ROOT / "data" / "demo" / "tasks.jsonl"
-WHEELHOUSE = Path.home() / ".cache" / "sweflow-test" / "wheelhouse"
 STAGES = ["build_envs", "validate_envs", "collect_trajectories", "infer", "evaluate"]
 
 

@@ -13,16 +13,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sweflow.bench import ENVCACHE, WHEELHOUSE
 from sweflow.bench.reward import run
 from sweflow.grading.dataset import GradingData
 
-HERE = Path(__file__).resolve().parent
-DATASET = HERE.parent / "tests" / "data" / "envcache" / "instances.jsonl"
-WHEELHOUSE = Path.home() / ".cache" / "sweflow-test" / "wheelhouse"
-
 
 def main(args: list[str]) -> dict:
-    dataset = Path(args[args.index("--dataset") + 1]) if "--dataset" in args else DATASET
+    dataset = Path(args[args.index("--dataset") + 1]) if "--dataset" in args else ENVCACHE
     with tempfile.TemporaryDirectory(prefix="sweflow-bench-reward-") as tmp:
         data = GradingData.load(dataset, Path(tmp) / "store", WHEELHOUSE)
         return run(

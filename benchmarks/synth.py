@@ -21,12 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from sweflow.bench import DEMO as DEMO_TASKS
+from sweflow.bench import WHEELHOUSE
 from sweflow.synth.config import SynthConfig
 from sweflow.synth.synthesize import Synthesizer, operator_summary
 
-HERE = Path(__file__).resolve().parent
-DEMO = HERE.parent / "data" / "demo"
-WHEELHOUSE = Path.home() / ".cache" / "sweflow-test" / "wheelhouse"
+DEMO = DEMO_TASKS.parent
 PROJECTS = {"pypi/parse": "1.20.2", "pypi/cachetools": "5.5.2", "pypi/toolz": "1.0.0"}
 
 

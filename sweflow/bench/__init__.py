@@ -14,7 +14,7 @@ from sweflow.paths import cache_root
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "data" / "demo" / "tasks.jsonl"  # 36 synthetic tasks from parse, cachetools, toolz
 ENVCACHE = REPO / "tests" / "data" / "envcache" / "instances.jsonl"  # SWE-bench rows
-_WHEELHOUSE = Path.home() / ".cache" / "sweflow-test" / "wheelhouse"  # scripts/prefetch.py
+WHEELHOUSE = Path.home() / ".cache" / "sweflow-test" / "wheelhouse"  # scripts/prefetch.py
 
 
 class BenchError(SweflowError):
@@ -28,4 +28,4 @@ def bench_root(name: str) -> Path:
 
 def wheelhouse() -> Path | None:
     """The test wheelhouse when scripts/prefetch.py made one (offline installs), else None."""
-    return _WHEELHOUSE if _WHEELHOUSE.is_dir() else None
+    return WHEELHOUSE if WHEELHOUSE.is_dir() else None
