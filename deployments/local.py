@@ -101,14 +101,12 @@ class LocalPrefect:
         with urllib.request.urlopen(request, timeout=30) as reply:
             return json.loads(reply.read())
 
-    def start_latency(self, flow_run_id: str) -> float:
-        """Seconds from a flow run's creation (the submit) to its start (Running)."""
+    def since_submit(self, flow_run_id: str, moment: str = "start_time") -> float:
+        """Seconds from a flow run's creation (the submit) to its ``start_time`` (Running) or
+        ``end_time`` (final), as the server recorded them: what a user of the UI waits."""
         run = self.api(f"flow_runs/{flow_run_id}")
-        created, started = (
-            datetime.fromisoformat(run[k])
-            for k in ("created", "start_time")  # type: ignore[index]
-        )
-        return (started - created).total_seconds()
+        created, then = (datetime.fromisoformat(run[k]) for k in ("created", moment))  # type: ignore[index]
+        return (then - created).total_seconds()
 
     def wait(self, flow_run_id: str, timeout: float = 1800) -> str:
         """Poll a flow run until it is final; its state name ("Completed", "Failed"...)."""

@@ -237,3 +237,35 @@ def bench_cli(
     from sweflow.bench.cli import run
 
     _emit(run(quick=quick, progress=_progress), json_out)
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+    quick: bool = typer.Option(False, help="1 task, 2 reps (for CI); else 2 tasks, 5 reps."),
+) -> None:
+    """The Prefect pipeline on a private server: cold, cached re-run, retry, stage start.
+
+    Runs benchmarks/prefect_pipeline.py from this checkout (the library never imports Prefect).
+
+    Example:
+      sweflow bench pipeline --json --quick
+    """
+    import importlib.util
+    import subprocess
+
+    from sweflow.bench import REPO
+
+    script = REPO / "benchmarks" / "prefect_pipeline.py"
+    if not script.is_file() or importlib.util.find_spec("prefect") is None:
+        raise typer.BadParameter(
+            f"needs a checkout with {script.relative_to(REPO)} and the pipeline extra "
+            "(pip install -e '.[pipeline]')"
+        )
+    args = ["--tasks", "1", "--reps", "2"] if quick else ["--tasks", "2", "--reps", "5"]
+    done = subprocess.run(
+        [sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True, check=False
+    )  # its progress lines go straight to stderr
+    if done.returncode != 0:
+        raise typer.Exit(done.returncode)
+    _emit(json.loads(done.stdout), json_out)
