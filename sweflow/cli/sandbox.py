@@ -107,3 +107,49 @@ def sandbox_gc(
     console.print(table)
     for line in skipped:
         console.print(f"[dim]{escape(line)}[/]")
+
+
+@sandbox_app.command("serve-e2b")
+def sandbox_serve_e2b(
+    port: int = typer.Option(49982, min=1, max=65535, help="Loopback port to listen on."),
+    store: Path | None = typer.Option(
+        None, help="Layer store whose built instances are templates (by instance id)."
+    ),
+    base: str = typer.Option(
+        "debian:bookworm", help="What the SDK's default template `base` opens (a --base value)."
+    ),
+) -> None:
+    """Serve E2B's control API and envd over local sandboxes, for the e2b SDK on this machine.
+
+    Point the SDK at it with E2B_API_URL and E2B_SANDBOX_URL (both this address) and any
+    E2B_API_KEY. A template is an instance id of --store, or a base (debian:SUITE, host,
+    docker:IMAGE, a directory). Ctrl-C closes every sandbox.
+
+    Example:
+      sweflow sandbox serve-e2b --store ~/.cache/sweflow/store --port 49982
+    """
+    import uvicorn
+
+    from sweflow.cli.common import base_layer
+    from sweflow.e2b_endpoint.app import endpoint_app, template_specs
+    from sweflow.e2b_endpoint.registry import Registry
+    from sweflow.envcache.store import LayerStore
+
+    if store is not None and not (store / "manifests").is_dir():
+        raise typer.BadParameter(
+            f"{store} is not a layer store (no manifests/ in it)", param_hint="--store"
+        )
+    layer_store = LayerStore(store) if store is not None else None
+    base_layer(base)  # built now if needed, not on the first create
+    registry = Registry(template_specs(layer_store, base_layer, base))
+    url = f"http://127.0.0.1:{port}"
+    console.print(
+        f"E2B endpoint on {url}\n  export E2B_API_URL={url} E2B_SANDBOX_URL={url} "
+        "E2B_API_KEY=local",
+        highlight=False,
+        soft_wrap=True,
+    )
+    # open command streams must not hold Ctrl-C up: after half a second they are cut, and the
+    # app's shutdown closes every sandbox
+    uvicorn.run(endpoint_app(registry), host="127.0.0.1", port=port, log_level="warning",
+                timeout_graceful_shutdown=0.5)  # fmt: skip

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import select
-import shlex
 import shutil
 import signal
 import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sweflow.sandbox.base import (
@@ -44,6 +45,15 @@ OPEN_TIMEOUT_S = 30.0
 SHELL_GRACE_S = 2.0  # after killing a timed-out command's processes, how long the shell may take
 OWNER_FILE = "owner.json"
 READ_BATCH = 4 << 20  # most output read from the pipe before it goes to the collector
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A process to start on the host that runs inside a sandbox (see LocalSandbox.launch)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    preexec: Callable[[], None]  # run in the child before exec (joins the sandbox's cgroups)
 
 
 def state_dir() -> Path:
@@ -338,26 +348,38 @@ class LocalSandbox(Sandbox):
         """Host pid of the shell, found from its pid inside the namespace."""
         return host_pid_of(self.init_pid, self.shell_ns_pid)
 
-    def terminal(self) -> int:
-        """An interactive bash joined to the sandbox's namespaces and cgroups (via nsenter)."""
+    def launch(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        report_pid: bool = False,
+    ) -> Launch:
+        """How to start ``argv`` inside this sandbox with pipes of one's own (the terminal, the
+        E2B endpoint's processes): nsenter into its namespaces and root, ``cwd`` (default the
+        workdir), its cgroups joined before exec. With ``report_pid``, the first line on its
+        stderr is its pid inside the sandbox (the rest is the process's own)."""
         self._check_open()
         procs = [str(p) for p in self._cgroups.procs_files] if self._cgroups else []
-        argv = ["nsenter", "-t", str(self.init_pid), "--user", "--mount", "--pid", "--net"]
-        argv += ["--ipc", "--uts", "--cgroup", "--root", "--wd"]
-        start = f"cd -- {shlex.quote(self.spec.workdir)} && exec /bin/bash --login"
-        argv += ["/bin/bash", "-c", start]
+        nsenter = ["nsenter", "-t", str(self.init_pid), "--user", "--mount", "--pid", "--net"]
+        nsenter += ["--ipc", "--uts", "--cgroup", "--root", "--wd"]
+        report = "echo $$ >&2; " if report_pid else ""
+        script = report + 'cd -- "$1" || exit 127; shift; exec "$@"'
+        start = ["/bin/sh", "-c", script, "sweflow-launch", cwd or self.spec.workdir, *argv]
 
         def join_cgroups() -> None:
             for path in procs:
                 with open(path, "w") as f:
                     f.write(str(os.getpid()))
 
-        env = {
-            **self.spec.shell_env(),
-            "TERM": os.environ.get("TERM", "xterm"),
-            "PS1": r"(sandbox) \w# ",
-        }
-        return subprocess.call(argv, env=env, preexec_fn=join_cgroups)
+        return Launch([*nsenter, *start], {**self.spec.shell_env(), **(env or {})}, join_cgroups)
+
+    def terminal(self) -> int:
+        """An interactive bash joined to the sandbox's namespaces and cgroups (via nsenter)."""
+        env = {"TERM": os.environ.get("TERM", "xterm"), "PS1": r"(sandbox) \w# "}
+        launch = self.launch(["/bin/bash", "--login"], env=env)
+        return subprocess.call(launch.argv, env=launch.env, preexec_fn=launch.preexec)
 
     # -- files ------------------------------------------------------------------------------
     def read(self, path: str) -> bytes:

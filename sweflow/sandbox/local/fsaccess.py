@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import stat
+from dataclasses import dataclass
 
 from sweflow.sandbox.base import SandboxConfigError, SandboxFileError
 
@@ -121,3 +123,143 @@ def _open_dirs(rootfd: int, parent: str, path: str) -> int:
                 os.close(fd)
         fd = child
     return fd
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What a directory listing or a stat says of one path (a symlink: its target's kind)."""
+
+    path: str
+    kind: str  # "file", "dir" or "other"
+    size: int
+    mode: int  # st_mode: type and permission bits
+    uid: int
+    gid: int
+    mtime: float
+    symlink_target: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rpartition("/")[2] or "/"
+
+
+def _kind(mode: int) -> str:
+    return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+
+
+def _entry(rootfd: int, dirfd: int, name: str, path: str) -> Entry:
+    """The entry ``name`` of the open directory ``dirfd``, resolving a symlink inside the root."""
+    info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    target = None
+    if stat.S_ISLNK(info.st_mode):
+        target = os.readlink(name, dir_fd=dirfd)
+        try:
+            fd = _openat2(rootfd, _relative(path), os.O_PATH)
+            try:
+                info = os.fstat(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # a dangling link: describe the link itself
+    return Entry(path, _kind(info.st_mode), info.st_size, info.st_mode, info.st_uid,
+                 info.st_gid, info.st_mtime, target)  # fmt: skip
+
+
+def _split(path: str) -> tuple[str, str]:
+    rel = _relative(path)
+    parent, _, name = rel.rpartition("/")
+    if name in (".", ".."):
+        raise SandboxFileError(f"{path}: a path ending in . or .. names no entry")
+    return parent or ".", name
+
+
+def _with_parent(root: str, path: str, what: str, act):
+    """``act(rootfd, parentfd, name)`` on the directory holding ``path``, errors named."""
+    rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        parent, name = _split(path)
+        if name == "":  # the root itself
+            return act(rootfd, rootfd, ".")
+        dirfd = _openat2(rootfd, parent, os.O_PATH | os.O_DIRECTORY)
+        try:
+            return act(rootfd, dirfd, name)
+        finally:
+            os.close(dirfd)
+    except OSError as exc:
+        raise SandboxFileError(f"cannot {what} {path} in the sandbox: {exc.strerror}") from exc
+    finally:
+        os.close(rootfd)
+
+
+def stat_path(root: str, path: str) -> Entry:
+    """The entry at ``path`` (FileNotFoundError-backed SandboxFileError when missing)."""
+    return _with_parent(root, path, "stat", lambda rfd, dfd, name: _entry(rfd, dfd, name, path))
+
+
+def list_dir(root: str, path: str, depth: int = 1) -> list[Entry]:
+    """Entries under directory ``path``, ``depth`` levels down (symlinked dirs not entered)."""
+    rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return _list(rootfd, path.rstrip("/") or "/", depth)
+    except OSError as exc:
+        raise SandboxFileError(f"cannot list {path} in the sandbox: {exc.strerror}") from exc
+    finally:
+        os.close(rootfd)
+
+
+def _list(rootfd: int, path: str, depth: int) -> list[Entry]:
+    fd = _openat2(rootfd, _relative(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        names = sorted(os.listdir(fd))
+        entries = [_entry(rootfd, fd, name, f"{path.rstrip('/')}/{name}") for name in names]
+    finally:
+        os.close(fd)
+    found = []
+    for entry in entries:
+        found.append(entry)
+        if depth > 1 and entry.kind == "dir" and entry.symlink_target is None:
+            found += _list(rootfd, entry.path, depth - 1)
+    return found
+
+
+def make_dirs(root: str, path: str) -> bool:
+    """Create directory ``path`` and its missing parents; False when it already existed."""
+    try:
+        if stat_path(root, path).kind == "dir":
+            return False
+    except SandboxFileError:
+        pass
+    rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = _open_dirs(rootfd, _relative(path), path)
+        if fd != rootfd:
+            os.close(fd)
+    finally:
+        os.close(rootfd)
+    return True
+
+
+def move(root: str, source: str, destination: str) -> None:
+    """Rename ``source`` to ``destination``, both resolved inside the sandbox."""
+
+    def act(_rootfd: int, src_dir: int, src_name: str) -> None:
+        _with_parent(root, destination, "move to",
+                     lambda _r, dst_dir, dst_name: os.rename(
+                         src_name, dst_name, src_dir_fd=src_dir, dst_dir_fd=dst_dir))  # fmt: skip
+
+    _with_parent(root, source, "move", act)
+
+
+def remove(root: str, path: str) -> None:
+    """Delete ``path``: a file or symlink, or a directory with everything in it."""
+
+    def act(_rootfd: int, dirfd: int, name: str) -> None:
+        if name == ".":
+            raise SandboxFileError("cannot remove / in the sandbox")
+        info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(name, dir_fd=dirfd)  # fd-based: never follows a link out
+        else:
+            os.unlink(name, dir_fd=dirfd)
+
+    _with_parent(root, path, "remove", act)
