@@ -59,6 +59,20 @@ DIFF_MAX_BYTES = 256 << 20  # a diff is never cut: a truncated patch would not a
 TIMEOUT_EXIT_CODE = 124  # what coreutils' timeout(1) returns, so scripts read it the same way
 
 
+def require_absolute(path: str) -> None:
+    """Sandbox paths are absolute (a relative one would depend on the backend's cwd)."""
+    if not path.startswith("/"):
+        raise SandboxConfigError(f"sandbox paths must be absolute, got {path!r}")
+
+
+def require_file_path(path: str) -> None:
+    """What write() may create: an absolute path whose last part names a file."""
+    require_absolute(path)
+    name = path.rstrip("/").rpartition("/")[2]
+    if path.endswith("/") or name in ("", ".", ".."):
+        raise SandboxFileError(f"cannot write {path} in the sandbox: not a file path")
+
+
 def wrap_command(cmd: str, cwd: str | None, env: dict[str, str] | None) -> str:
     """Run ``cmd`` with a one-off cwd/env in a subshell, so the persistent shell keeps its own."""
     if not cwd and not env:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -75,3 +76,19 @@ def stop_pid(pid: int, grace_s: float = 30.0, started: int | None = None) -> Non
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def owner_id() -> str:
+    """This process as the owner of what it leaves outside itself (containers, cloud
+    sandboxes): host, pid and the pid's start time."""
+    return f"{socket.gethostname()}:{os.getpid()}:{start_ticks(os.getpid())}"
+
+
+def owner_is_gone(owner: str) -> bool:
+    """Whether ``owner`` (an :func:`owner_id`) is a process of this host that has exited; a live
+    owner or another host's is not gone, an unreadable record is (nobody can claim it)."""
+    parts = owner.split(":")
+    if len(parts) == 3 and parts[0] != socket.gethostname():
+        return False
+    alive = len(parts) == 3 and parts[1].isdigit() and str(start_ticks(int(parts[1]))) == parts[2]
+    return not alive

@@ -1,23 +1,18 @@
 """The docker sandbox: the same spec and shell protocol as ``local``, in a docker container.
 
-Container. Its PID 1 is a small bash supervisor that runs the persistent shell of
-``sweflow.sandbox.shell`` (same driver, same command encoding, same end marker), and when that
-shell exits (``exit 3``, or killed after a timeout) prints an exit marker and starts a new one,
-which restores cwd and exports from the state file in /dev/shm: the same semantics as the local
-backend, where init respawns the shell. Standard error is merged into standard output inside the
-container, so ordering is exact; the attach stream (no tty, so docker frames it with 8-byte
-headers) is demultiplexed here.
+Container. Its PID 1 is the supervisor of ``sweflow.sandbox.supervised`` running the persistent
+shell of ``sweflow.sandbox.shell`` (same driver, same command encoding, same end marker); a
+killed or exited shell is started again and restores cwd and exports from the state file in
+/dev/shm: the same semantics as the local backend, where init respawns the shell. The attach
+stream (no tty, so docker frames it with 8-byte headers) is demultiplexed here.
 
-Timeouts. A ``docker exec`` of a small bash script kills every process of the container that
-started after the command began (``/proc/<pid>/stat`` field 22) and descends from PID 1: the
-supervisor, the shell, earlier background jobs and other ``docker exec`` processes live on. If
-that killed nothing (the shell itself is looping in a builtin), or the marker does not come within
-2 s, the shell is killed and the supervisor starts a new one. Start times count in 10 ms clock
-ticks, so a background job that the previous command started in the very tick this command began
-is killed with it (as in the local backend). Where the script cannot run, or no shell answers,
-the container itself is killed and started again (as after any stop of the container: a stop
-seen on the attach stream restarts it, reattaches, and reports the container's exit status);
-then the shell's state (cwd, exports, /tmp) starts afresh.
+Timeouts. The kill script of ``sweflow.sandbox.supervised`` runs through ``docker exec``, with
+PID 1 as the supervisor (other ``docker exec`` processes live on). Start times count in 10 ms
+clock ticks, so a background job that the previous command started in the very tick this command
+began is killed with it (as in the local backend). Where the script cannot run, or no shell
+answers, the container itself is killed and started again (as after any stop of the container: a
+stop seen on the attach stream restarts it, reattaches, and reports the container's exit
+status); then the shell's state (cwd, exports, /tmp) starts afresh.
 
 Files. ``read``/``write`` run ``cat`` through ``docker exec``, so paths resolve inside the
 container exactly as its processes see them: a symlink to /etc/passwd reads the container's file,
@@ -35,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import shutil
 import socket
@@ -47,33 +41,35 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweflow.sandbox.base import (
-    TIMEOUT_EXIT_CODE,
-    ExecResult,
-    Sandbox,
     SandboxConfigError,
     SandboxCrashError,
     SandboxFileError,
     SandboxStartError,
+    require_absolute,
+    require_file_path,
 )
 from sweflow.sandbox.docker.client import (
     LABEL,
     OWNER_LABEL,
     docker_client,
-    owner_id,
     remove_leftover_containers,
 )
 from sweflow.sandbox.docker.images import ensure_image
-from sweflow.sandbox.docker.stream import Demux, ExitScanner
-from sweflow.sandbox.procs import now_ticks
-from sweflow.sandbox.shell import SHELL_ENV, MarkerScanner, ShellCommand
+from sweflow.sandbox.docker.stream import Demux
+from sweflow.sandbox.procs import owner_id
+from sweflow.sandbox.shell import SHELL_ENV
 from sweflow.sandbox.spec import SandboxSpec
+from sweflow.sandbox.supervised import (
+    SUPERVISOR,
+    SUPERVISOR_ARGV,
+    ExitScanner,
+    StreamEnded,
+    SupervisedShell,
+)
 
 if TYPE_CHECKING:
     import docker
 
-OPEN_TIMEOUT_S = 60.0
-SHELL_GRACE_S = 2.0
-SHELL_PID_FILE = "/dev/shm/.sweflow-shell-pid"
 KEPT_CAPS = [
     "CHOWN",
     "DAC_OVERRIDE",
@@ -84,59 +80,6 @@ KEPT_CAPS = [
     "KILL",
     "NET_BIND_SERVICE",
 ]
-
-# PID 1: runs the shell protocol's driver, reports each exit of it, starts it again.
-SUPERVISOR = rf"""
-exec 2>/dev/null
-__sf_nonce=$__SF_NONCE
-unset __SF_NONCE __SF_SUPERVISOR
-while :; do
-  /bin/bash --noprofile --norc -c 'exec 2>&1; echo "$$" >{SHELL_PID_FILE}; eval "$__SF_DRIVER"'
-  printf '\033SWX%s:%d\0' "$__sf_nonce" "$?"
-done
-"""
-SUPERVISOR_ARGV = ["/bin/bash", "--noprofile", "--norc", "-c", 'eval "$__SF_SUPERVISOR"']
-
-# Run by `docker exec` on a timeout. $1: "cmd" (kill what the command started; the shell too if
-# that was nothing) or "shell"; $2: the command's start in host boot-clock ticks; $3: the host's
-# boot clock now. When the container's clock is not the host's (another kernel, as with a remote
-# daemon), the start is computed from the elapsed time instead.
-KILL_SCRIPT = rf"""
-mode=$1; t=$2; hnow=$3; self=$$
-read -r up _ </proc/uptime; cnow=$((10#${{up/./}}))
-d=$((cnow - hnow)); if [ "$d" -lt -200 ] || [ "$d" -gt 200 ]; then t=$((cnow - (hnow - t) - 10)); fi
-shell=; read -r shell <{SHELL_PID_FILE} 2>/dev/null
-killed=0
-if [ "$mode" = cmd ]; then
-  for ((round = 0; round < 200; round++)); do
-    declare -A pp=() st=() zz=()
-    for f in /proc/[0-9]*/stat; do
-      p=${{f#/proc/}}; p=${{p%/stat}}
-      read -r s <"$f" 2>/dev/null || continue
-      s=${{s##*) }}; set -- $s
-      pp[$p]=$2; st[$p]=${{20}}; zz[$p]=$1
-    done
-    victims=()
-    for p in "${{!pp[@]}}"; do
-      case $p in 1|"$self"|"$shell") continue;; esac
-      [ "${{zz[$p]}}" != Z ] && [ "${{st[$p]}}" -ge "$t" ] || continue
-      q=$p; n=0  # keep descendants of PID 1 only (not other docker exec processes)
-      while [ -n "$q" ] && [ "$q" != 0 ] && [ "$q" != 1 ] && [ $n -lt 4096 ]; do
-        q=${{pp[$q]}}; n=$((n+1))
-      done
-      [ "$q" = 1 ] && victims+=("$p")
-    done
-    [ ${{#victims[@]}} -eq 0 ] && break
-    kill -9 "${{victims[@]}}" 2>/dev/null
-    killed=$((killed + ${{#victims[@]}}))
-    unset pp st zz
-  done
-fi
-if [ "$mode" = shell ] || [ "$killed" -eq 0 ]; then
-  [ -n "$shell" ] && kill -9 "$shell" 2>/dev/null && echo "shell"
-fi
-echo "killed $killed"
-"""
 
 READ_SCRIPT = r"""
 if [ -f "$1" ]; then exec cat -- "$1"; fi
@@ -151,7 +94,7 @@ exec cat >"$1"
 """
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(SupervisedShell):
     """A sandbox in a docker container made from the spec's layers."""
 
     def __init__(self, spec: SandboxSpec, client: docker.DockerClient | None = None) -> None:
@@ -310,67 +253,24 @@ class DockerSandbox(Sandbox):
                 self.client.close()
 
     # -- commands ---------------------------------------------------------------------------
-    def exec(
-        self,
-        cmd: str,
-        timeout: float | None = None,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        *,
-        max_output: int | None = None,
-    ) -> ExecResult:
-        command = ShellCommand(
-            cmd, self.spec.limits, timeout=timeout, env=env, cwd=cwd, max_output=max_output
-        )
-        scanner = command.scanner
-        with self._lock:
-            self._check_open()
-            tick = now_ticks()
-            scanner.feed(self._drain_pending())  # what background jobs printed meanwhile
-            deadline = command.start()
-            self._send(command.payload)
-            exit_code, _ = self._collect(scanner, deadline)
-            if exit_code is None:  # the marker may have come with the deadline: one last look
-                exit_code, _ = self._collect(scanner, time.monotonic())
-            timed_out = exit_code is None
-            if timed_out:
-                _, shell_killed = self._kill_command(tick, "cmd")
-                if not shell_killed:
-                    exit_code, _ = self._collect(scanner, time.monotonic() + SHELL_GRACE_S)
-                    if exit_code is None:
-                        _, shell_killed = self._kill_command(tick, "shell")
-                        if not shell_killed:  # no shell to kill: restart the container
-                            self._kill_container()
-                            shell_killed = True
-                if shell_killed:  # wait for the supervisor's exit marker: a new shell is up
-                    self._await_shell_exit(scanner)
-                scanner.flush()
-                exit_code = TIMEOUT_EXIT_CODE
-        return command.result(exit_code, timed_out)
-
-    def _kill_container(self) -> None:
+    def _kill_all(self) -> None:
+        """Kill the container; its stream ends and _restart brings it back."""
         try:
             self.client.api.kill(self.container_id)
         except Exception as exc:
             self._check_open()
             raise SandboxCrashError(f"sandbox {self.id}: docker kill failed: {exc}") from exc
 
-    def _drain_pending(self) -> bytes:
-        """Output that arrived between commands; restarts a container that stopped meanwhile."""
-        out = []
+    def _read(self, deadline: float | None) -> bytes | None:
         poller = select.poll()
         poller.register(self._sock, select.POLLIN)
-        while poller.poll(0):
-            data = self._recv()
-            if not data:
-                self._check_open()
-                self._restart()
-                break
-            before, code, after = self._exits.feed(self._demux.feed(data))
-            out.append(before)
-            if code is not None:  # the shell died between commands; a new one is up
-                out.append(after)
-        return b"".join(out)
+        wait_ms = None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000
+        if not poller.poll(wait_ms):
+            return None
+        data = self._recv()
+        if not data:  # the container stopped
+            raise StreamEnded
+        return self._demux.feed(data)
 
     def _recv(self) -> bytes:
         try:
@@ -386,60 +286,9 @@ class DockerSandbox(Sandbox):
             self._check_open()
             raise SandboxCrashError(f"sandbox {self.id}: cannot write to its shell: {exc}") from exc
 
-    def _await_shell_exit(self, scanner: MarkerScanner) -> None:
-        deadline = time.monotonic() + OPEN_TIMEOUT_S
-        while True:
-            code, how = self._collect(scanner, deadline)
-            if code is None:
-                raise SandboxCrashError(
-                    f"sandbox {self.id}: its shell did not come back after a kill"
-                )
-            if how != "marker":
-                return
-
-    def _collect(self, scanner: MarkerScanner, deadline: float | None) -> tuple[int | None, str]:
-        """Output until the end marker or the shell's exit: (exit code, "marker"|"exit"|"restart").
-
-        The code is None when the deadline passed first.
-        """
-        poller = select.poll()
-        poller.register(self._sock, select.POLLIN)
-        while True:
-            wait_ms = None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000
-            if not poller.poll(wait_ms):
-                return None, "deadline"
-            data = self._recv()
-            if not data:  # the container stopped: report its exit code and bring it back
-                self._check_open()
-                scanner.feed(self._exits.feed(b"")[0])
-                scanner.flush()
-                return self._restart(), "restart"
-            before, code, _after = self._exits.feed(self._demux.feed(data))
-            if scanner.feed(before):
-                return scanner.exit_code, "marker"
-            if code is not None:  # the shell exited; the supervisor has started a new one
-                scanner.flush()
-                return code, "exit"
-
-    def _kill_command(self, tick: int, mode: str) -> tuple[int, bool]:
-        """Kill what the timed-out command started (or the shell): (processes killed, shell?).
-
-        When that script cannot even start (a fork bomb holds every pid the container may have),
-        the container is killed instead; its restart brings a new shell, with cwd and exports
-        reset.
-        """
-        argv = ["/bin/bash", "-c", KILL_SCRIPT, "kill", mode, str(tick), str(now_ticks())]
-        try:
-            code, out, _ = self._docker_exec(argv)
-        except SandboxCrashError:
-            self._check_open()
-            code, out = -1, b""
-        text = out.decode(errors="replace")
-        match = re.search(r"killed (\d+)", text)
-        if code != 0 or match is None:
-            self._kill_container()
-            return 0, True
-        return int(match.group(1)), "shell" in text.split()
+    def _run_beside(self, argv: list[str]) -> tuple[int, bytes]:
+        code, out, _ = self._docker_exec(argv)
+        return code, out
 
     def _docker_exec(self, argv: list[str], stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
         """Run ``argv`` in the container beside the shell: (exit code, stdout, stderr)."""
@@ -502,7 +351,7 @@ class DockerSandbox(Sandbox):
     # -- files ------------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
         self._check_open()
-        _absolute(path)
+        require_absolute(path)
         code, out, err = self._docker_exec(["/bin/sh", "-c", READ_SCRIPT, "read", path])
         if code != 0:
             reason = err.decode(errors="replace").strip() or f"exit status {code}"
@@ -511,10 +360,7 @@ class DockerSandbox(Sandbox):
 
     def write(self, path: str, data: bytes | str) -> None:
         self._check_open()
-        _absolute(path)
-        name = path.rstrip("/").rpartition("/")[2]
-        if path.endswith("/") or name in ("", ".", ".."):
-            raise SandboxFileError(f"cannot write {path} in the sandbox: not a file path")
+        require_file_path(path)
         payload = data.encode() if isinstance(data, str) else bytes(data)
         code, out, err = self._docker_exec(
             ["/bin/sh", "-c", WRITE_SCRIPT, "write", path], stdin=payload
@@ -526,8 +372,3 @@ class DockerSandbox(Sandbox):
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxCrashError(f"sandbox {self.id} is closed")
-
-
-def _absolute(path: str) -> None:
-    if not path.startswith("/"):
-        raise SandboxConfigError(f"sandbox paths must be absolute, got {path!r}")

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from typing import TYPE_CHECKING
 
 from sweflow.sandbox.base import SandboxConfigError, SandboxStartError
-from sweflow.sandbox.procs import start_ticks
+from sweflow.sandbox.procs import owner_is_gone
 
 if TYPE_CHECKING:
     import docker
@@ -49,22 +48,13 @@ def docker_client() -> docker.DockerClient:
     return client
 
 
-def owner_id() -> str:
-    """This process, as a container's owner label: host, pid and the pid's start time."""
-    return f"{socket.gethostname()}:{os.getpid()}:{start_ticks(os.getpid())}"
-
-
 def remove_leftover_containers(client: docker.DockerClient | None = None) -> list[str]:
     """Remove sweflow containers whose owning process (on this host) is gone; returns their ids."""
     client = client or docker_client()
     removed = []
-    host = socket.gethostname()
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-        parts = container.labels.get(OWNER_LABEL, "").split(":")
-        if len(parts) == 3 and parts[0] != host:
-            continue  # another host's container: not ours to judge
-        if len(parts) == 3 and parts[1].isdigit() and str(start_ticks(int(parts[1]))) == parts[2]:
-            continue  # its sandbox is still open
+        if not owner_is_gone(container.labels.get(OWNER_LABEL, "")):
+            continue  # its sandbox is still open, or it is another host's
         with contextlib.suppress(Exception):
             container.remove(force=True)
             removed.append(container.id)
