@@ -24,7 +24,6 @@ Prints one JSON object.
 """
 
 import json
-import socket
 import statistics
 import sys
 import tempfile
@@ -38,14 +37,9 @@ from deployments.local import LocalPrefect  # noqa: E402
 from sweflow.agent.scripted import gold_replay, scripted_endpoint  # noqa: E402
 from sweflow.bench import DEMO, WHEELHOUSE  # noqa: E402
 from sweflow.grading.dataset import GradingData  # noqa: E402
+from sweflow.ports import free_port  # noqa: E402
 
 STAGES = ["build_envs", "validate_envs", "collect_trajectories", "infer", "evaluate"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _timed_run(stack: LocalPrefect, config: dict) -> tuple[int, str, float]:
@@ -70,7 +64,7 @@ def main(args: list[str]) -> dict:
         tasks = GradingData.load(DEMO, tmp / "unused-store", WHEELHOUSE).sample(n_tasks)
         script = tmp / "script.json"
         script.write_text(json.dumps(gold_replay(tasks)))
-        stack = LocalPrefect(tmp / "prefect", port=_free_port())
+        stack = LocalPrefect(tmp / "prefect", port=free_port())
         with scripted_endpoint(script) as (url, _proc):
             try:
                 print("starting prefect server, worker, deployments", file=sys.stderr)

@@ -11,7 +11,6 @@ the failed stage.
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -20,21 +19,16 @@ import pytest
 from deployments.local import LocalPrefect
 from sweflow.agent.scripted import gold_replay, scripted_endpoint
 from sweflow.instances import load_instances
+from sweflow.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "data" / "demo" / "tasks.jsonl"
 STAGES = ["build_envs", "validate_envs", "collect_trajectories", "infer", "evaluate"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    prefect = LocalPrefect(tmp_path_factory.mktemp("prefect"), port=_free_port())
+    prefect = LocalPrefect(tmp_path_factory.mktemp("prefect"), port=free_port())
     try:
         prefect.up()
         yield prefect

@@ -11,19 +11,13 @@ stops it, by PID, when the run ends. A run whose agent stages are all cached sta
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 from pathlib import Path
 
 from sweflow.agent.config import ModelConfig, SamplingConfig, ToolMode
 from sweflow.pipeline.sections import AgentSection, ModelSection
+from sweflow.ports import free_port
 from sweflow.serving import ServeConfig, resolve_model, tool_parser_for, vllm_server
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ModelServers:

@@ -1,0 +1,12 @@
+"""Loopback ports for the servers sweflow and its tests start (vLLM, Prefect, the E2B endpoint)."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
