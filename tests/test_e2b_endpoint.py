@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -28,66 +24,15 @@ from e2b import (  # noqa: E402
     SandboxException,
 )
 
+from sweflow.e2b_endpoint.launch import start_endpoint, stop_endpoint  # noqa: E402
 from sweflow.sandbox.local.backend import state_dir  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/v2/sandboxes", timeout=1) as reply:
-            return reply.status == 200
-    except OSError:
-        return False
-
-
-def start_endpoint(bookworm_rootfs: Path, tmp: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    sweflow = Path(sys.executable).parent / "sweflow"
-    log = open(tmp / "endpoint.log", "wb")  # noqa: SIM115 (the child keeps it)
-    proc = subprocess.Popen(
-        [str(sweflow), "sandbox", "serve-e2b", "--port", str(port), "--base", str(bookworm_rootfs)],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while not _healthy(url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"serve-e2b did not come up: {(tmp / 'endpoint.log').read_text()[-2000:]}")
-        time.sleep(0.1)
-    return proc, url
-
-
-def stop_endpoint(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
-def endpoint(bookworm_rootfs: Path, tmp_path_factory):
-    proc, url = start_endpoint(bookworm_rootfs, tmp_path_factory.mktemp("e2b"))
-    env = {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": "local"}
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    yield url
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    stop_endpoint(proc)
+def endpoint(e2b_endpoint: str) -> str:
+    return e2b_endpoint
 
 
 @pytest.fixture
@@ -254,7 +199,7 @@ def test_async_sdk_runs_sandboxes_concurrently(endpoint) -> None:
 
 
 def test_ctrl_c_closes_every_sandbox(bookworm_rootfs, tmp_path, monkeypatch) -> None:
-    proc, url = start_endpoint(bookworm_rootfs, tmp_path)
+    proc, url = start_endpoint(bookworm_rootfs, tmp_path / "endpoint.log")
     try:
         before = set(os.listdir(state_dir())) if state_dir().is_dir() else set()
         monkeypatch.setenv("E2B_API_URL", url)

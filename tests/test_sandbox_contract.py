@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 # The fixture that starts (or skips without) the service a backend needs, by backend name.
-SERVICES = {"docker": "dockerd"}
+SERVICES = {"docker": "dockerd", "e2b": "e2b_endpoint"}
 
 
 @pytest.fixture(scope="module")

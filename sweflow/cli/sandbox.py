@@ -118,6 +118,9 @@ def sandbox_serve_e2b(
     base: str = typer.Option(
         "debian:bookworm", help="What the SDK's default template `base` opens (a --base value)."
     ),
+    layers_from: list[Path] = typer.Option(
+        [], "--layers-from", help="Allow `layers:DIR:...` templates of directories under this."
+    ),
 ) -> None:
     """Serve E2B's control API and envd over local sandboxes, for the e2b SDK on this machine.
 
@@ -141,7 +144,7 @@ def sandbox_serve_e2b(
         )
     layer_store = LayerStore(store) if store is not None else None
     base_layer(base)  # built now if needed, not on the first create
-    registry = Registry(template_specs(layer_store, base_layer, base))
+    registry = Registry(template_specs(layer_store, base_layer, base, layers_from))
     url = f"http://127.0.0.1:{port}"
     console.print(
         f"E2B endpoint on {url}\n  export E2B_API_URL={url} E2B_SANDBOX_URL={url} "

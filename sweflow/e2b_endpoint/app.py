@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from e2b.envd.filesystem.filesystem_connect import FilesystemASGIApplication
@@ -30,14 +30,31 @@ REAP_INTERVAL_S = 1.0
 ENVD_PATHS = ("/process.Process/", "/filesystem.Filesystem/", "/files", "/health")
 
 
-def template_specs(store: LayerStore | None, base: Callable[[str], Path], default_base: str):
-    """Template name -> spec: a built instance of ``store``, else a base (``base`` resolves it)."""
+def template_specs(
+    store: LayerStore | None,
+    base: Callable[[str], Path],
+    default_base: str,
+    layer_roots: Sequence[Path] = (),
+):
+    """Template name -> spec: a built instance of ``store``; ``layers:DIR:DIR...`` (the e2b
+    backend's default, for directories under ``layer_roots`` only: a client must not mount the
+    host's other files); else a base (``base`` resolves it; ``base`` is ``default_base``)."""
+    roots = [root.resolve() for root in layer_roots]
 
     def spec(template: str) -> SandboxSpec:
         if store is not None and store.read_manifest(template) is not None:
             from sweflow.envcache.builder import instance_sandbox_spec
 
             return instance_sandbox_spec(store, template)
+        if template.startswith("layers:"):
+            layers = [Path(part).resolve() for part in template.removeprefix("layers:").split(":")]
+            for layer in layers:
+                if not layer.is_dir() or not any(layer.is_relative_to(r) for r in roots):
+                    raise UnknownTemplate(
+                        f"template layer {layer} is not a directory under the endpoint's "
+                        f"--layers-from ({', '.join(map(str, roots)) or 'none given'})"
+                    )
+            return SandboxSpec(layers=layers, workdir="/")
         name = default_base if template == "base" else template
         if name == "host" or name.startswith(("debian:", "docker:")) or Path(name).is_dir():
             return SandboxSpec(layers=[base(name)], workdir="/root" if name != "host" else "/")

@@ -103,6 +103,7 @@ class ControlRoutes:
                 timeout=_timeout(body),
                 metadata=body.get("metadata") or {},
                 env=body.get("envVars") or {},
+                network=body.get("allowInternetAccess"),
             )
         except UnknownTemplate as exc:
             return _error(404, str(exc))

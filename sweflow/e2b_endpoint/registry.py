@@ -63,10 +63,13 @@ class Registry:
         timeout: int | None = None,
         metadata: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
+        network: bool | None = None,
     ) -> Live:
         spec = self._templates(template)
         if env:
             spec = spec.model_copy(update={"env": {**spec.env, **env}})
+        if network is not None:
+            spec = spec.model_copy(update={"network": network})
         sandbox = LocalSandbox(spec)
         now = time.time()
         live = Live(

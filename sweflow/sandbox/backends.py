@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 BACKENDS: dict[str, str] = {
     "local": "sweflow.sandbox.local:LocalSandbox",
     "docker": "sweflow.sandbox.docker:DockerSandbox",
+    "e2b": "sweflow.sandbox.e2b:E2BSandbox",
 }
 DEFAULT_BACKEND = "local"
 

@@ -78,6 +78,11 @@ class SandboxSpec(BaseModel):
         None, description="with upper='disk': where the writable layer lives (kept after close)"
     )
     repo_base: str = Field("HEAD", description="git revision that diff() compares the workdir to")
+    template: str | None = Field(
+        None,
+        description="cloud backends (e2b): the template holding these layers; default: the "
+        "layer directories themselves, which only sweflow's own endpoint can open",
+    )
 
     @field_validator("workdir")
     @classmethod
