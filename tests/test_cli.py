@@ -48,7 +48,16 @@ def test_sandbox_gc_prints_a_table() -> None:
 def test_bench_sandbox_quick_json(bookworm_rootfs: Path) -> None:
     result = runner.invoke(
         app,
-        ["bench", "sandbox", "--json", "--quick", "--no-docker", "--base", str(bookworm_rootfs)],
+        [
+            "bench",
+            "sandbox",
+            "--json",
+            "--quick",
+            "--backends",
+            "local",
+            "--base",
+            str(bookworm_rootfs),
+        ],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)

@@ -1,4 +1,4 @@
-"""Sandbox benchmark: local vs docker on the same rootfs, in one run.
+"""Sandbox benchmark: local vs docker vs e2b (sweflow's endpoint) on the same rootfs, in one run.
 
 Figures: open+exec(true)+close cycle p50/p95 per backend and their ratio; per-step exec overhead
 over a bare ``subprocess.run`` of the same program on the host; memory per idle sandbox with
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import statistics
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +110,21 @@ def idle_memory(spec: SandboxSpec, count: int) -> dict[str, float]:
     }
 
 
+def _remote(name: str, spec: SandboxSpec, n_cycle: int, n_exec: int, progress) -> dict[str, float]:
+    progress(f"{name}: {n_cycle} open+exec+close cycles")
+    figures = _summary(cycle_times(spec, name, n_cycle), "cycle")
+    progress(f"{name}: exec overhead ({n_exec} pairs)")
+    figures.update(exec_overhead(spec, name, n_exec))
+    return figures
+
+
 def run(
-    rootfs: Path, *, quick: bool = False, docker: bool = True, progress=print
-) -> dict[str, Any]:
-    n_local, n_docker, n_exec, n_idle = (30, 5, 50, 20) if quick else (300, 30, 500, 100)
+    rootfs: Path, *, quick: bool = False, backends: Sequence[str] = ("local", "docker"),
+    progress=print,
+) -> dict[str, Any]:  # fmt: skip
+    """``backends``: local always; docker starts a daemon if none answers; e2b runs against
+    sweflow's own endpoint, started here (a cloud user adds the network round trip)."""
+    n_local, n_remote, n_exec, n_idle = (30, 5, 50, 20) if quick else (300, 30, 500, 100)
     spec = SandboxSpec(layers=[rootfs])
     report: dict[str, Any] = {"rootfs": str(rootfs), "quick": quick}
     before = leftovers()
@@ -123,18 +135,22 @@ def run(
     progress(f"local: {n_idle} sandboxes open at once")
     local.update(idle_memory(spec, n_idle))
     report["local"] = local
-    if docker:
+    if "docker" in backends:
         from sweflow.sandbox.docker.daemon import docker_daemon
 
         with docker_daemon():
-            progress(f"docker: {n_docker} open+exec+close cycles")
-            docker_figures = _summary(cycle_times(spec, "docker", n_docker), "cycle")
-            progress(f"docker: exec overhead ({n_exec // 5} pairs)")
-            docker_figures.update(exec_overhead(spec, "docker", n_exec // 5))
-        report["docker"] = docker_figures
-        report["speedup_vs_docker"] = round(
-            docker_figures["cycle_p50_ms"] / local["cycle_p50_ms"], 2
-        )
+            report["docker"] = _remote("docker", spec, n_remote, n_exec // 5, progress)
+    if "e2b" in backends:
+        from sweflow.e2b_endpoint.launch import local_endpoint
+
+        with tempfile.TemporaryDirectory(prefix="sweflow-bench-e2b-") as tmp:
+            with local_endpoint(rootfs, Path(tmp) / "endpoint.log", [rootfs]):
+                report["e2b"] = _remote("e2b", spec, n_remote, n_exec // 5, progress)
+    for name in ("docker", "e2b"):
+        if name in report:
+            report[f"speedup_vs_{name}"] = round(
+                report[name]["cycle_p50_ms"] / local["cycle_p50_ms"], 2
+            )
     after = leftovers()
     report["leaks"] = sum(len(set(after[k]) - set(before[k])) for k in after)
     report["limits"] = Limits().model_dump()

@@ -42,20 +42,27 @@ def _emit(report: dict, json_out: bool) -> None:
 def bench_sandbox(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
     quick: bool = typer.Option(False, help="Fewer samples (for CI)."),
-    docker: bool = typer.Option(
-        True, help="Include the docker backend (starts dockerd if needed)."
+    backends: str = typer.Option(
+        "local,docker",
+        help="Comma-separated: local, docker (starts dockerd if needed), e2b (through "
+        "sweflow's E2B endpoint, started for the run).",
     ),
     base: str = BaseOption,
 ) -> None:
-    """open+exec+close latency, exec overhead, idle memory and leaks: local vs docker.
+    """open+exec+close latency, exec overhead, idle memory and leaks: local vs docker vs e2b.
 
-    Example:
+    Examples:
       sweflow bench sandbox --json --quick
+      sweflow bench sandbox --backends local,docker,e2b --json
     """
     from sweflow.bench.sandbox import run
 
+    names = [name.strip() for name in backends.split(",") if name.strip()]
+    if unknown := set(names) - {"local", "docker", "e2b"}:
+        raise typer.BadParameter(f"unknown backend(s): {', '.join(sorted(unknown))}",
+                                 param_hint="--backends")  # fmt: skip
     root = _base_root(base)
-    report = run(root, quick=quick, docker=docker, progress=_progress)
+    report = run(root, quick=quick, backends=names, progress=_progress)
     _emit(report, json_out)
 
 
