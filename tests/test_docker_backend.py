@@ -344,7 +344,7 @@ def test_layer_tar_converts_whiteouts(repo_layer: Path) -> None:
     import io
     import tarfile
 
-    from sweflow.sandbox.docker import write_layer_tar
+    from sweflow.sandbox.layertar import write_layer_tar
 
     buf = io.BytesIO()
     write_layer_tar(repo_layer, buf)

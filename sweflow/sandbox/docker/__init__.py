@@ -12,7 +12,7 @@ Importing this package does not import the docker SDK; opening a sandbox does.
 
 from sweflow.sandbox.docker.backend import DockerSandbox
 from sweflow.sandbox.docker.client import docker_client, remove_leftover_containers
-from sweflow.sandbox.docker.images import ensure_image, image_tag, write_layer_tar
+from sweflow.sandbox.docker.images import ensure_image, image_tag
 
 __all__ = [
     "DockerSandbox",
@@ -20,5 +20,4 @@ __all__ = [
     "ensure_image",
     "image_tag",
     "remove_leftover_containers",
-    "write_layer_tar",
 ]

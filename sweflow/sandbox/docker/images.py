@@ -6,30 +6,20 @@ never build the same one): image ``[L0]`` holds L0 as its only layer; image ``[L
 ``[L0..Lk-1]`` plus one layer made from ``Lk``. Layers are written straight to the daemon with
 ``docker load`` (a hand-made image archive: the new layer's tar, a config naming the parent's
 layer digests, a manifest); the daemon skips the layers it already has, so a base rootfs shared by
-many images is stored once. An overlayfs whiteout (character device 0/0) in a layer directory
-becomes a ``.wh.<name>`` entry and an opaque directory a ``.wh..wh..opq`` entry, docker's own form
-of "deleted", so the image shows what the local backend's overlayfs shows. Nothing is ever pulled:
-there is no registry.
+many images is stored once. Each layer travels as the docker-form tar of
+:mod:`sweflow.sandbox.layertar` (whiteouts as ``.wh.`` entries), so the image shows what the local
+backend's overlayfs shows. Nothing is ever pulled: there is no registry.
 
-The cache key of a layer is its resolved path plus a cheap fingerprint: the content of its
-``.sweflow-rootfs.json`` marker when it has one (base layers are immutable and the marker carries
-their creation time), else the largest mtime and the number of entries found by walking it. The
-walk costs an ``lstat`` per file at every open; it notices added, removed and rewritten files,
-but not a rewrite that restores an older mtime. Extended attributes (file capabilities) are not
-carried into the image.
-
+The cache key of a layer is its resolved path plus the layer's fingerprint (layertar), checked at
+every open.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import io
 import json
-import os
 import platform
-import stat
 import tarfile
 import tempfile
 import time
@@ -39,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweflow.paths import cache_root
-from sweflow.sandbox.base import SandboxConfigError, SandboxStartError
+from sweflow.sandbox.base import SandboxStartError
+from sweflow.sandbox.layertar import file_lock, layer_fingerprint, write_layer_tar
 
 if TYPE_CHECKING:
     import docker
@@ -47,34 +38,6 @@ if TYPE_CHECKING:
 IMAGE_REPO = "sweflow-layers"
 IMAGE_LABEL = "sweflow.layers"
 LAYER_FORMAT = "sweflow-docker-layer-v1"  # part of every digest: bump it to rebuild all images
-ROOTFS_MARKER = ".sweflow-rootfs.json"
-_OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
-
-
-def layer_fingerprint(layer: Path) -> str:
-    """Cheap identity of a layer directory's content (see the module docstring)."""
-    marker = layer / ROOTFS_MARKER
-    try:
-        return "marker:" + hashlib.sha256(marker.read_bytes()).hexdigest()
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    newest, count = 0, 0
-    stack = [str(layer)]
-    while stack:
-        top = stack.pop()
-        try:
-            with os.scandir(top) as entries:
-                for entry in entries:
-                    count += 1
-                    info = entry.stat(follow_symlinks=False)
-                    newest = max(newest, info.st_mtime_ns, info.st_ctime_ns)
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-        except OSError as exc:
-            raise SandboxConfigError(f"cannot read layer {layer}: {exc}") from exc
-    top_info = layer.stat()
-    newest = max(newest, top_info.st_mtime_ns)
-    return f"walk:{newest}:{count}"
 
 
 def layers_digest(layers: list[Path]) -> str:
@@ -88,22 +51,6 @@ def layers_digest(layers: list[Path]) -> str:
 
 def image_tag(layers: list[Path]) -> str:
     return f"{IMAGE_REPO}:{layers_digest(layers)[:16]}"
-
-
-def _locks_dir() -> Path:
-    path = cache_root() / "docker" / "locks"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@contextlib.contextmanager
-def _file_lock(name: str) -> Iterator[None]:
-    with open(_locks_dir() / f"{name}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def ensure_image(
@@ -120,7 +67,7 @@ def ensure_image(
         pass
     parent_ids: list[str] = []
     for i, tag in enumerate(tags):
-        with _file_lock(tag.replace(":", "-")):
+        with file_lock("docker", tag.replace(":", "-")):
             try:
                 image = client.images.get(tag)
             except docker.errors.ImageNotFound:
@@ -150,71 +97,6 @@ class _HashingWriter(io.RawIOBase):
         self.sha.update(data)
         self.size += len(data)
         return len(data)
-
-
-def _is_whiteout(info: os.stat_result) -> bool:
-    return stat.S_ISCHR(info.st_mode) and info.st_rdev == 0
-
-
-def _is_opaque(path: str) -> bool:
-    for name in _OPAQUE_XATTRS:
-        try:
-            if os.getxattr(path, name, follow_symlinks=False) == b"y":
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def write_layer_tar(layer: Path, out: Any) -> None:
-    """Write ``layer`` as a docker layer tar (sorted, whiteouts converted) to the file ``out``."""
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-
-        def add(path: str, arcname: str) -> bool:
-            """Add one entry; True when it is a directory to descend into."""
-            info = os.lstat(path)
-            if _is_whiteout(info):
-                white = tarfile.TarInfo(
-                    _join(arcname.rpartition("/")[0], ".wh." + arcname.rpartition("/")[2])
-                )
-                white.mtime = int(info.st_mtime)
-                tar.addfile(white)
-                return False
-            member = tar.gettarinfo(path, arcname)
-            if member is None:  # a socket: not part of an image
-                return False
-            member.uname = member.gname = ""
-            if member.isreg() and member.type != tarfile.LNKTYPE:
-                with open(path, "rb") as f:
-                    tar.addfile(member, f)
-            else:
-                tar.addfile(member)
-            if member.isdir():
-                if _is_opaque(path):
-                    opq = tarfile.TarInfo(_join(arcname, ".wh..wh..opq"))
-                    opq.mtime = int(info.st_mtime)
-                    tar.addfile(opq)
-                return True
-            return False
-
-        stack = [("", str(layer))]
-        while stack:
-            rel, path = stack.pop()
-            try:
-                names = sorted(os.listdir(path))
-            except OSError as exc:
-                raise SandboxConfigError(f"cannot read layer directory {path}: {exc}") from exc
-            subdirs = []
-            for name in names:
-                child_rel = _join(rel, name)
-                child = os.path.join(path, name)
-                if add(child, child_rel):
-                    subdirs.append((child_rel, child))
-            stack.extend(reversed(subdirs))
-
-
-def _join(parent: str, name: str) -> str:
-    return f"{parent}/{name}" if parent else name
 
 
 def _arch() -> str:
