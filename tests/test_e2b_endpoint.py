@@ -2,7 +2,8 @@
 
 The endpoint runs as its own process (started here, stopped by its PID) on a loopback port, its
 sandboxes local ones on the bookworm rootfs; the SDK finds it through E2B_API_URL and
-E2B_SANDBOX_URL. What needs E2B's cloud (template builds, the real control plane) is not run.
+E2B_SANDBOX_URL. What needs E2B's cloud (its template builder, the real control plane) is not
+run: template builds here are the endpoint's own, over layer directories.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import pytest
 e2b = pytest.importorskip("e2b", reason="the e2b SDK is not installed (pip install 'sweflow[e2b]')")
 from e2b import (  # noqa: E402
     AsyncSandbox,
+    BuildException,
     CommandExitException,
     NotFoundException,
     Sandbox,
     SandboxException,
+    Template,
 )
 
 from sweflow.e2b_endpoint.launch import start_endpoint, stop_endpoint  # noqa: E402
@@ -219,3 +222,36 @@ def test_ctrl_c_closes_every_sandbox(bookworm_rootfs, tmp_path, monkeypatch) -> 
         assert set(os.listdir(state_dir())) <= before
     finally:
         stop_endpoint(proc)
+
+
+def test_a_template_built_with_the_sdk_opens_with_its_files_env_and_workdir(
+    endpoint, tmp_path
+) -> None:
+    (tmp_path / "tool.sh").write_text("echo tool says $GREETING\n")
+    template = (
+        Template(file_context_path=tmp_path)
+        .from_template("base")
+        .copy("tool.sh", "/opt/tools/")
+        .set_envs({"GREETING": "hello"})
+        .set_workdir("/opt/tools")
+        .run_cmd("sh /opt/tools/tool.sh > built.txt && rm /etc/motd")
+    )
+    logs: list[str] = []
+    Template.build(template, "sweflow-test-tool", on_build_logs=lambda e: logs.append(e.message))
+    assert Template.exists("sweflow-test-tool") and not Template.exists("no-such-template")
+    assert any("is ready" in line for line in logs)
+    sandbox = Sandbox.create("sweflow-test-tool", timeout=60)
+    try:
+        run = sandbox.commands.run("pwd; cat built.txt; echo $GREETING; ls /etc/motd || true")
+        assert run.stdout.splitlines()[:3] == ["/opt/tools", "tool says hello", "hello"]
+        assert "No such file" in run.stderr  # the RUN step's deletion is part of the template
+    finally:
+        sandbox.kill()
+
+
+def test_a_failing_build_says_which_step_and_why(endpoint, tmp_path) -> None:
+    with pytest.raises(BuildException, match="exited 3"):
+        Template.build(Template().from_template("base").run_cmd("exit 3"), "sweflow-test-fails")
+    with pytest.raises(BuildException, match="no registry"):
+        Template.build(Template().from_image("python:3.11"), "sweflow-test-image")
+    assert not Template.exists("sweflow-test-fails")

@@ -121,12 +121,17 @@ def sandbox_serve_e2b(
     layers_from: list[Path] = typer.Option(
         [], "--layers-from", help="Allow `layers:DIR:...` templates of directories under this."
     ),
+    templates: Path | None = typer.Option(
+        None, help="Where templates built with the SDK's Template.build are kept."
+    ),
 ) -> None:
     """Serve E2B's control API and envd over local sandboxes, for the e2b SDK on this machine.
 
     Point the SDK at it with E2B_API_URL and E2B_SANDBOX_URL (both this address) and any
-    E2B_API_KEY. A template is an instance id of --store, or a base (debian:SUITE, host,
-    docker:IMAGE, a directory). Ctrl-C closes every sandbox.
+    E2B_API_KEY. A template is an instance id of --store, a base (debian:SUITE, host,
+    docker:IMAGE, a directory), or one built here with the SDK's Template.build (from a
+    template; kept in --templates, default ~/.cache/sweflow/e2b-templates). Ctrl-C closes every
+    sandbox.
 
     Example:
       sweflow sandbox serve-e2b --store ~/.cache/sweflow/store --port 49982
@@ -135,8 +140,10 @@ def sandbox_serve_e2b(
 
     from sweflow.cli.common import base_layer
     from sweflow.e2b_endpoint.app import endpoint_app, template_specs
+    from sweflow.e2b_endpoint.builds import TemplateBuilds
     from sweflow.e2b_endpoint.registry import Registry
     from sweflow.envcache.store import LayerStore
+    from sweflow.paths import cache_root
 
     if store is not None and not (store / "manifests").is_dir():
         raise typer.BadParameter(
@@ -144,7 +151,9 @@ def sandbox_serve_e2b(
         )
     layer_store = LayerStore(store) if store is not None else None
     base_layer(base)  # built now if needed, not on the first create
-    registry = Registry(template_specs(layer_store, base_layer, base, layers_from))
+    builds = TemplateBuilds(templates or cache_root() / "e2b-templates", lambda name: specs(name))
+    specs = template_specs(layer_store, base_layer, base, layers_from, built=builds.spec)
+    registry = Registry(specs)
     url = f"http://127.0.0.1:{port}"
     console.print(
         f"E2B endpoint on {url}\n  export E2B_API_URL={url} E2B_SANDBOX_URL={url} "
@@ -154,5 +163,5 @@ def sandbox_serve_e2b(
     )
     # open command streams must not hold Ctrl-C up: after half a second they are cut, and the
     # app's shutdown closes every sandbox
-    uvicorn.run(endpoint_app(registry), host="127.0.0.1", port=port, log_level="warning",
+    uvicorn.run(endpoint_app(registry, builds), host="127.0.0.1", port=port, log_level="warning",
                 timeout_graceful_shutdown=0.5)  # fmt: skip

@@ -2,8 +2,8 @@
 
 The e2b SDK reaches it with ``E2B_API_URL`` (control) and ``E2B_SANDBOX_URL`` (envd) both set to
 its address; envd requests carry the sandbox in the ``E2b-Sandbox-Id`` header. Templates are
-built instances of a layer store or bases; ``base`` (the SDK's default template) is the
-endpoint's default base.
+built instances of a layer store, bases, or templates built here with the SDK's template build
+(:mod:`.builds`); ``base`` (the SDK's default template) is the endpoint's default base.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sweflow.e2b_endpoint.builds import TemplateBuilds
 from sweflow.e2b_endpoint.control import ControlRoutes
 from sweflow.e2b_endpoint.filesystem import FileRoutes, FilesystemService
 from sweflow.e2b_endpoint.processes import ProcessService
@@ -35,13 +36,17 @@ def template_specs(
     base: Callable[[str], Path],
     default_base: str,
     layer_roots: Sequence[Path] = (),
+    built: Callable[[str], SandboxSpec | None] = lambda _name: None,
 ):
-    """Template name -> spec: a built instance of ``store``; ``layers:DIR:DIR...`` (the e2b
-    backend's default, for directories under ``layer_roots`` only: a client must not mount the
-    host's other files); else a base (``base`` resolves it; ``base`` is ``default_base``)."""
+    """Template name -> spec: a template ``built`` here; a built instance of ``store``;
+    ``layers:DIR:DIR...`` (the e2b backend's form without a base template, for directories under
+    ``layer_roots`` only: a client must not mount the host's other files); else a base (``base``
+    resolves it; ``base`` is ``default_base``)."""
     roots = [root.resolve() for root in layer_roots]
 
     def spec(template: str) -> SandboxSpec:
+        if (made := built(template)) is not None:
+            return made
         if store is not None and store.read_manifest(template) is not None:
             from sweflow.envcache.builder import instance_sandbox_spec
 
@@ -67,7 +72,7 @@ def template_specs(
     return spec
 
 
-def endpoint_app(registry: Registry) -> Callable:
+def endpoint_app(registry: Registry, builds: TemplateBuilds | None = None) -> Callable:
     """The ASGI app: envd's Connect services by path prefix, the rest to Starlette."""
     processes = ProcessService(registry)
     files = FileRoutes(registry)
@@ -100,6 +105,7 @@ def endpoint_app(registry: Registry) -> Callable:
             Route("/files", files.download, methods=["GET"]),
             Route("/files", files.upload, methods=["POST"]),
             *control.routes(),
+            *(builds.routes() if builds is not None else []),
         ],
         lifespan=lifespan,
     )
