@@ -1,11 +1,13 @@
 """The e2b backend's own behaviour, through sweflow's E2B endpoint (the contract suite, in
 tests/test_sandbox_contract.py, checks exec, files, diff, timeouts and asyncio on it as on the
-other backends). What needs E2B's cloud (template builds, its control plane) is not run here."""
+other backends). What needs E2B's cloud (its template builder, its control plane) is not run
+here: the endpoint builds templates itself, from the same SDK calls."""
 
 from __future__ import annotations
 
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -16,7 +18,12 @@ e2b = pytest.importorskip("e2b", reason="the e2b SDK is not installed (pip insta
 from sweflow.errors import is_infrastructure  # noqa: E402
 from sweflow.sandbox import SandboxConfigError, SandboxCrashError, SandboxStartError  # noqa: E402
 from sweflow.sandbox.e2b import E2BSandbox  # noqa: E402
-from sweflow.sandbox.e2b.backend import OWNER_KEY, template_for  # noqa: E402
+from sweflow.sandbox.e2b.backend import OWNER_KEY  # noqa: E402
+from sweflow.sandbox.e2b.environment import (  # noqa: E402
+    BASE_TEMPLATE_VAR,
+    ENVIRONMENT_VAR,
+    environment_for,
+)
 from sweflow.sandbox.procs import owner_id  # noqa: E402
 from sweflow.sandbox.spec import SandboxSpec  # noqa: E402
 
@@ -28,11 +35,54 @@ def spec(bookworm_rootfs: Path, e2b_endpoint: str) -> SandboxSpec:
     return SandboxSpec(layers=[bookworm_rootfs], workdir="/tmp")
 
 
-def test_the_template_is_the_specs_or_its_layers(bookworm_rootfs: Path) -> None:
-    assert (
-        template_for(SandboxSpec(layers=[bookworm_rootfs], template="swe-django")) == "swe-django"
-    )
-    assert template_for(SandboxSpec(layers=[bookworm_rootfs])) == f"layers:{bookworm_rootfs}"
+def test_the_environment_is_the_specs_template_its_layers_or_a_base_and_the_rest(
+    bookworm_rootfs: Path, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.delenv(BASE_TEMPLATE_VAR, raising=False)
+    assert environment_for(SandboxSpec(layers=[bookworm_rootfs], template="swe-django")) is None
+    spec = SandboxSpec(layers=[bookworm_rootfs, tmp_path])
+    assert environment_for(spec).base == f"layers:{bookworm_rootfs}:{tmp_path}"
+    monkeypatch.setenv(BASE_TEMPLATE_VAR, "python-base")
+    env = environment_for(spec)
+    assert (env.mode, env.base, env.layers) == ("template", "python-base", (tmp_path,))
+    monkeypatch.setenv(ENVIRONMENT_VAR, "upload")
+    assert environment_for(spec).mode == "upload"
+    monkeypatch.setenv(ENVIRONMENT_VAR, "copy")
+    with pytest.raises(SandboxConfigError, match=f"{ENVIRONMENT_VAR} must be template or upload"):
+        environment_for(spec)
+
+
+def _env_layer(root: Path) -> Path:
+    """A layer that adds a file, deletes one (a whiteout) and hides a directory's content."""
+    layer = root / "env-layer"
+    (layer / "opt/env").mkdir(parents=True)
+    (layer / "opt/env/hello.txt").write_text("from the layer\n")
+    (layer / "etc/skel").mkdir(parents=True)
+    (layer / "etc/skel/only.txt").write_text("alone\n")
+    os.setxattr(layer / "etc/skel", "trusted.overlay.opaque", b"y")
+    os.mknod(layer / "etc/motd", 0o600 | stat.S_IFCHR, os.makedev(0, 0))
+    return layer
+
+
+@pytest.mark.parametrize("mode", ["template", "upload"])
+def test_a_stack_reaches_the_cloud_from_a_base_template(
+    mode: str, spec: SandboxSpec, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv(BASE_TEMPLATE_VAR, "base")  # the endpoint's base: the bookworm rootfs
+    monkeypatch.setenv(ENVIRONMENT_VAR, mode)
+    stacked = spec.model_copy(update={"layers": [*spec.layers, _env_layer(tmp_path)]})
+    for _ in range(2):  # the second open of template mode starts from the built template
+        sandbox = E2BSandbox(stacked)
+        try:
+            seen = sandbox.exec(
+                "cat /opt/env/hello.txt; ls -A /etc/skel; ls /etc/motd; ls -A /var/tmp"
+            )
+            assert seen.output.splitlines()[:2] == ["from the layer", "only.txt"]
+            assert "No such file" in seen.output and ".sweflow-env" not in seen.output
+        finally:
+            sandbox.close()
+    if mode == "template":
+        assert e2b.Template.exists(environment_for(stacked).template_name)
 
 
 def test_what_a_cloud_cannot_do_is_refused(spec: SandboxSpec, tmp_path: Path) -> None:

@@ -34,10 +34,11 @@ def _answers(url: str) -> bool:
 def start_endpoint(
     base: Path | str, log: Path, layer_roots: Sequence[Path] = ()
 ) -> tuple[subprocess.Popen, str]:
-    """Start the endpoint (``base``: what the `base` template opens); (process, its URL)."""
+    """Start the endpoint (``base``: what the `base` template opens; templates built with the
+    SDK kept beside ``log``); (process, its URL)."""
     port = free_port()
     argv = [sys.executable, "-m", "sweflow.cli", "sandbox", "serve-e2b", "--port", str(port),
-            "--base", str(base)]  # fmt: skip
+            "--base", str(base), "--templates", str(log.parent / "templates")]  # fmt: skip
     for root in layer_roots:
         argv += ["--layers-from", str(root)]
     with open(log, "wb") as out:
@@ -65,7 +66,13 @@ def stop_endpoint(proc: subprocess.Popen) -> None:
 @contextlib.contextmanager
 def sdk_settings(url: str) -> Iterator[None]:
     """The e2b SDK's settings pointed at ``url`` meanwhile (any API key: it is not checked)."""
-    wanted = {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": "local"}
+    with scoped_environ({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": "local"}):
+        yield
+
+
+@contextlib.contextmanager
+def scoped_environ(wanted: dict[str, str]) -> Iterator[None]:
+    """These environment variables meanwhile; the earlier values (or none) afterwards."""
     saved = {key: os.environ.get(key) for key in wanted}
     os.environ.update(wanted)
     try:

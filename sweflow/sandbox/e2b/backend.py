@@ -7,8 +7,9 @@ jobs persist; a timeout runs the kill script as a second command; output is capp
 
 Where. The e2b SDK's settings: ``E2B_API_KEY`` and ``E2B_DOMAIN`` (Tencent AgentSandbox:
 ``<region>.tencentags.com``), or ``E2B_API_URL`` plus ``E2B_SANDBOX_URL`` for an endpoint such as
-``sweflow sandbox serve-e2b``. The template is ``spec.template``; without one, the layer
-directories themselves, which only sweflow's own endpoint (on this machine) can open.
+``sweflow sandbox serve-e2b``. The template is ``spec.template``; without one, the spec's layers
+reach the cloud as :mod:`.environment` says (a template built per layer stack, an upload at
+every open, or the layer directories themselves for sweflow's own endpoint).
 
 Limits. The cloud sets CPU, memory and disk per template: ``memory_bytes``, ``pids``, ``cpus``,
 ``tmp_bytes`` and ``upper_bytes`` are the template's, not the spec's. ``wall_time_s`` and
@@ -27,7 +28,6 @@ import shlex
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from sweflow.sandbox.base import (
@@ -37,6 +37,12 @@ from sweflow.sandbox.base import (
     SandboxStartError,
     require_absolute,
     require_file_path,
+)
+from sweflow.sandbox.e2b.environment import (
+    Environment,
+    ensure_template,
+    environment_for,
+    upload_environment,
 )
 from sweflow.sandbox.procs import owner_id, owner_is_gone
 from sweflow.sandbox.shell import SHELL_ENV
@@ -54,13 +60,6 @@ RENEW_BELOW_S = 600
 BESIDE_TIMEOUT_S = 60
 OWNER_KEY = "sweflow-owner"
 _ENDED = b"\0sweflow-stream-ended"
-
-
-def template_for(spec: SandboxSpec) -> str:
-    """The spec's template, or its layer directories (what sweflow's endpoint opens)."""
-    if spec.template:
-        return spec.template
-    return "layers:" + ":".join(str(layer.resolve()) for layer in spec.layers)
 
 
 def _sdk():
@@ -86,18 +85,27 @@ class E2BSandbox(SupervisedShell):
         self._supervisor: Any = None
         self.sandbox: Any = None
         self._check_spec()
+        env = environment_for(spec)
         self._e2b = _sdk()
+        if env is None:
+            template = spec.template or ""
+        else:
+            template = ensure_template(self._e2b, env) if env.mode == "template" else env.base
         try:
             self.sandbox = self._e2b.Sandbox.create(
-                template_for(spec),
+                template,
                 timeout=LIFETIME_S,
                 metadata={OWNER_KEY: owner_id()},
                 allow_internet_access=spec.network,
             )
         except Exception as exc:
-            raise SandboxStartError(f"e2b could not create a sandbox: {exc}") from exc
+            raise SandboxStartError(
+                f"e2b could not create a sandbox from {template}: {exc}"
+            ) from exc
         self._renew_at = time.monotonic() + LIFETIME_S - RENEW_BELOW_S
         try:
+            if env is not None and env.mode == "upload":
+                self._upload(env)
             self._start_supervisor()
         except BaseException:
             self.close()
@@ -129,8 +137,14 @@ class E2BSandbox(SupervisedShell):
             raise SandboxConfigError("spec.upper='disk' is not supported by the e2b backend")
         if spec.binds:
             raise SandboxConfigError("binds are not supported by the e2b backend")
-        if not spec.template and any(layer.resolve() == Path("/") for layer in spec.layers):
-            raise SandboxConfigError("the host's / as a layer is not supported by the e2b backend")
+
+    def _upload(self, env: Environment) -> None:
+        try:
+            upload_environment(self.sandbox, env)
+        except Exception as exc:
+            raise SandboxStartError(
+                f"sandbox {self.id}: its environment could not be uploaded: {exc}"
+            ) from exc
 
     # -- the supervisor's stream ---------------------------------------------------------------
     def _start_supervisor(self) -> None:
