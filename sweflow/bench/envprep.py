@@ -5,6 +5,12 @@ shell answers in /testbed) for sweflow; for the SWE-MiniSandbox method (untar th
 tarballs into a fresh directory per rollout, reimplemented here as the baseline); and for
 starting a docker container from an image holding the same layers. Bytes on disk per instance
 for each. And the time of a no-op re-build (every instance cached).
+
+With the e2b SDK installed, the e2b backend's ways of carrying an environment to a cloud, through
+sweflow's endpoint on this machine (a cloud adds its network round trip and its own template
+builder): ``template`` (a template built once per layer stack, its first open timed apart),
+``upload`` (the layers above the base uploaded and applied at every open) and ``layers`` (the
+layer directories themselves, which only sweflow's endpoint can open).
 """
 
 from __future__ import annotations
@@ -55,6 +61,49 @@ def _ready_time(builder: EnvBuilder, instance_id: str, backend: str = "local") -
     return elapsed
 
 
+def _e2b_ready(builder: EnvBuilder, ids: list[str], reps: int, progress) -> dict[str, Any]:
+    """Ready times of the e2b backend's environment modes, through a local endpoint."""
+    from sweflow.e2b_endpoint.launch import local_endpoint, scoped_environ
+    from sweflow.sandbox.e2b.environment import (
+        BASE_TEMPLATE_VAR,
+        ENVIRONMENT_VAR,
+        environment_for,
+        layer_archive,
+    )
+
+    specs = {iid: instance_sandbox_spec(builder.store, iid) for iid in ids}
+    bases = {spec.layers[0] for spec in specs.values()}
+    if len(bases) != 1:
+        raise BenchError(f"e2b: the instances stand on {len(bases)} bases; time them apart")
+    base = bases.pop()
+    figures: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="sweflow-bench-e2b-") as tmp:
+        log = Path(tmp) / "endpoint.log"
+        with local_endpoint(base, log, [builder.store.root, base]):
+            for mode in ("template", "upload", "layers"):
+                wanted = {ENVIRONMENT_VAR: mode, BASE_TEMPLATE_VAR: "base"}
+                if mode == "layers":
+                    wanted = {ENVIRONMENT_VAR: "template", BASE_TEMPLATE_VAR: ""}
+                with scoped_environ(wanted):
+                    progress(f"e2b ({mode}): first open of each instance")
+                    first = [_ready_time(builder, iid, "e2b") for iid in ids]
+                    progress(f"e2b ({mode}): open each instance until /testbed answers")
+                    samples = [_ready_time(builder, iid, "e2b") for _ in range(reps) for iid in ids]
+                    if mode != "layers":
+                        carried = [
+                            layer_archive(layer).stat().st_size
+                            for spec in specs.values()
+                            for layer in environment_for(spec).layers  # type: ignore[union-attr]
+                        ]
+                        figures[f"e2b_{mode}_carried_mb_per_instance"] = round(
+                            sum(carried) / len(ids) / 1e6, 3
+                        )
+                figures[f"e2b_{mode}_first_open_p50_ms"] = _p50_ms(first)
+                figures[f"e2b_{mode}_ready_p50_ms"] = _p50_ms(samples)
+    figures["e2b_default_mode"] = "template"
+    return figures
+
+
 def _tarballs(builder: EnvBuilder, instance_id: str, out: Path) -> list[Path]:
     """The venv (env layer) and repo (instance layer) as tarballs, as SWE-MiniSandbox keeps them."""
     manifest = builder.store.read_manifest(instance_id)
@@ -103,7 +152,13 @@ def _copies(instances: list[Instance], count: int) -> list[Instance]:
 
 
 def run(
-    builder: EnvBuilder, instances: list[Instance], *, quick: bool, docker: bool, progress=print
+    builder: EnvBuilder,
+    instances: list[Instance],
+    *,
+    quick: bool,
+    docker: bool,
+    e2b: bool = False,
+    progress=print,
 ) -> dict[str, Any]:
     reps = 3 if quick else 10
     ids = [i.instance_id for i in instances]
@@ -160,4 +215,6 @@ def run(
                 layers = instance_sandbox_spec(builder.store, iid).layers
                 sizes.append(client.images.get(image_tag(layers)).attrs["Size"])
             report["docker_mb_per_instance"] = round(sum(sizes) / len(sizes) / 1e6, 3)
+    if e2b:
+        report.update(_e2b_ready(builder, ids, reps, progress))
     return report

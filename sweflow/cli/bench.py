@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -87,8 +88,11 @@ def bench_envprep(
     docker: bool = typer.Option(
         True, help="Include the docker baseline (starts dockerd if needed)."
     ),
+    e2b: bool = typer.Option(
+        True, help="Include the e2b backend's environment modes (a local E2B endpoint)."
+    ),
 ) -> None:
-    """Cache-to-ready time and bytes per instance: sweflow vs untar vs docker.
+    """Cache-to-ready time and bytes per instance: sweflow vs untar vs docker (vs e2b modes).
 
     Examples:
       sweflow bench envprep --json --quick
@@ -102,13 +106,10 @@ def bench_envprep(
     store = store or bench_root("envprep") / "store"
     rows = load_dataset_rows(dataset, None, None)
     builder = make_builder(dataset, specs, store, repo_mirror, None, None, None, wheelhouse, 2)
-    report = run(
-        builder,
-        rows,
-        quick=quick,
-        docker=docker,
-        progress=_progress,
-    )
+    if e2b and importlib.util.find_spec("e2b") is None:
+        _progress("e2b: skipped (the e2b SDK is not installed: pip install 'sweflow[e2b]')")
+        e2b = False
+    report = run(builder, rows, quick=quick, docker=docker, e2b=e2b, progress=_progress)
     _emit(report, json_out)
 
 
