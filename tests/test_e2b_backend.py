@@ -79,6 +79,9 @@ def test_a_stack_reaches_the_cloud_from_a_base_template(
             )
             assert seen.output.splitlines()[:2] == ["from the layer", "only.txt"]
             assert "No such file" in seen.output and ".sweflow-env" not in seen.output
+            if mode == "template":  # the template asked for the spec's memory
+                memory_mb = sandbox.sandbox.get_info().memory_mb
+                assert memory_mb == stacked.limits.memory_bytes >> 20
         finally:
             sandbox.close()
     if mode == "template":

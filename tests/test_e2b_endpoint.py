@@ -237,7 +237,10 @@ def test_a_template_built_with_the_sdk_opens_with_its_files_env_and_workdir(
         .run_cmd("sh /opt/tools/tool.sh > built.txt && rm /etc/motd")
     )
     logs: list[str] = []
-    Template.build(template, "sweflow-test-tool", on_build_logs=lambda e: logs.append(e.message))
+    Template.build(
+        template, "sweflow-test-tool", cpu_count=2, memory_mb=512,
+        on_build_logs=lambda entry: logs.append(entry.message),
+    )  # fmt: skip
     assert Template.exists("sweflow-test-tool") and not Template.exists("no-such-template")
     assert any("is ready" in line for line in logs)
     sandbox = Sandbox.create("sweflow-test-tool", timeout=60)
@@ -245,6 +248,8 @@ def test_a_template_built_with_the_sdk_opens_with_its_files_env_and_workdir(
         run = sandbox.commands.run("pwd; cat built.txt; echo $GREETING; ls /etc/motd || true")
         assert run.stdout.splitlines()[:3] == ["/opt/tools", "tool says hello", "hello"]
         assert "No such file" in run.stderr  # the RUN step's deletion is part of the template
+        info = sandbox.get_info()
+        assert (info.cpu_count, info.memory_mb) == (2, 512)  # the build's resources
     finally:
         sandbox.kill()
 

@@ -5,14 +5,14 @@ The SDK requests a build (``POST /v3/templates``), asks for an upload link per C
 (``POST /v2/templates/{id}/builds/{build}``) and polls its status with logs. Here a template is a
 layer stack: the ``fromTemplate`` template's layers, plus one layer per COPY (the uploaded files)
 and per RUN (the command's writes, captured from a sandbox whose upper layer is on disk), with
-ENV and WORKDIR carried into the spec. Built templates are JSON files under ``root/templates``
-and open like any other template. ``fromImage`` needs a registry, which this endpoint does not
-reach: such a build fails with a message that says so. RUN steps have no network.
+ENV, WORKDIR and the build's cpuCount and memoryMB carried into the spec. Built templates are
+JSON files under ``root/templates`` and open like any other template. ``fromImage`` needs a
+registry, which this endpoint does not reach: such a build fails with a message that says so.
+RUN steps have no network.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tarfile
@@ -44,6 +44,7 @@ class BuildFailed(SweflowError):
 @dataclass
 class Build:
     template: str  # the name being built
+    limits: Limits  # the cpuCount and memoryMB asked for
     status: str = "waiting"
     logs: list[dict] = field(default_factory=list)
     reason: str | None = None
@@ -74,16 +75,15 @@ class TemplateBuilds:
         if not _NAME.match(name):
             return None
         try:
-            saved = json.loads((self.root / "templates" / f"{name}.json").read_text())
+            saved = (self.root / "templates" / f"{name}.json").read_text()
         except FileNotFoundError:
             return None
-        return SandboxSpec(layers=saved["layers"], env=saved["env"], workdir=saved["workdir"])
+        return SandboxSpec.model_validate_json(saved)
 
     def _save(self, name: str, spec: SandboxSpec) -> None:
         path = self.root / "templates" / f"{name}.json"
         part = path.with_suffix(".part")
-        layers = [str(layer) for layer in spec.layers]
-        part.write_text(json.dumps({"layers": layers, "env": spec.env, "workdir": spec.workdir}))
+        part.write_text(spec.model_dump_json(include={"layers", "env", "workdir", "limits"}))
         part.rename(path)
 
     # -- routes -------------------------------------------------------------------------------
@@ -104,9 +104,16 @@ class TemplateBuilds:
         name = str(body.get("name") or "").partition(":")[0]
         if not _NAME.match(name):
             return _error(400, f"template name {name!r}: use lowercase letters, digits, . _ -")
+        try:
+            limits = Limits(
+                cpus=body.get("cpuCount"),
+                memory_bytes=body["memoryMB"] << 20 if body.get("memoryMB") else None,
+            )
+        except (ValueError, TypeError) as exc:
+            return _error(400, f"cpuCount / memoryMB: {exc}")
         build_id = uuid.uuid4().hex
         with self._lock:
-            self._builds[build_id] = Build(name)
+            self._builds[build_id] = Build(name, limits)
         reply = {"templateID": name, "buildID": build_id, "public": False, "names": [name],
                  "aliases": [name], "tags": []}  # fmt: skip
         return JSONResponse(reply, status_code=202)
@@ -189,7 +196,9 @@ class TemplateBuilds:
                 else:
                     raise BuildFailed(f"step {number}: {kind} is not supported by this endpoint")
                 build.log(f"[{number}] done in {time.monotonic() - started:.1f} s")
-            self._save(build.template, SandboxSpec(layers=layers, env=env, workdir=workdir))
+            limits = spec.limits.model_copy(update=build.limits.model_dump(exclude_none=True))
+            built = SandboxSpec(layers=layers, env=env, workdir=workdir, limits=limits)
+            self._save(build.template, built)
             build.log(f"template {build.template} is ready")
             build.status = "ready"
         except Exception as exc:  # noqa: BLE001 - every failure is the build's reason

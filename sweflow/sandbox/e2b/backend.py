@@ -11,10 +11,11 @@ Where. The e2b SDK's settings: ``E2B_API_KEY`` and ``E2B_DOMAIN`` (Tencent Agent
 reach the cloud as :mod:`.environment` says (a template built per layer stack, an upload at
 every open, or the layer directories themselves for sweflow's own endpoint).
 
-Limits. The cloud sets CPU, memory and disk per template: ``memory_bytes``, ``pids``, ``cpus``,
-``tmp_bytes`` and ``upper_bytes`` are the template's, not the spec's. ``wall_time_s`` and
-``output_bytes`` are enforced here. ``upper='disk'``, binds and the host's / are refused.
-``network`` maps to the sandbox's internet access.
+Limits. The cloud sets CPU and memory per template: a template built for a layer stack asks for
+the spec's ``cpus`` (rounded up) and ``memory_bytes``; a given template (``spec.template``, the
+base template of ``upload`` mode) has its own. ``pids``, ``tmp_bytes`` and ``upper_bytes`` are the
+cloud's. ``wall_time_s`` and ``output_bytes`` are enforced here. ``upper='disk'``, binds and the
+host's / are refused. ``network`` maps to the sandbox's internet access.
 
 Faults. A cloud sandbox that expires or is killed, or a connection that cannot be restored,
 raises SandboxCrashError (an infrastructure error: the RL reward path retries it, never scores 0).

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import math
 import os
 import shlex
 from dataclasses import dataclass
@@ -55,16 +56,20 @@ done
 
 @dataclass(frozen=True)
 class Environment:
-    """How a spec's layers reach the cloud: ``mode``, the base template, the layers above it."""
+    """How a spec's layers reach the cloud: ``mode``, the base template, the layers above it,
+    and the resources a template built for them asks for (E2B sets CPU and memory per template)."""
 
     mode: Mode
     base: str
     layers: tuple[Path, ...]
+    cpu_count: int | None = None
+    memory_mb: int | None = None
 
     @property
     def template_name(self) -> str:
-        """The built template of this stack: its base and the layers' fingerprints."""
-        h = hashlib.sha256(f"{ENV_FORMAT}\0{self.base}".encode())
+        """The built template of this stack: base, resources and the layers' fingerprints."""
+        asked = f"{ENV_FORMAT}\0{self.base}\0{self.cpu_count}\0{self.memory_mb}"
+        h = hashlib.sha256(asked.encode())
         for layer in self.layers:
             h.update(b"\0" + layer_fingerprint(layer).encode())
         return f"sweflow-{h.hexdigest()[:16]}"
@@ -83,7 +88,10 @@ def environment_for(spec: SandboxSpec) -> Environment | None:
         raise SandboxConfigError("the host's / as a layer is not supported by the e2b backend")
     if not base:
         return Environment("layers", "layers:" + ":".join(map(str, layers)), layers)
-    return Environment(mode, base, layers[1:])  # type: ignore[arg-type]
+    limits = spec.limits
+    cpus = math.ceil(limits.cpus) if limits.cpus else None
+    memory = max(128, (limits.memory_bytes >> 20) // 2 * 2) if limits.memory_bytes else None
+    return Environment(mode, base, layers[1:], cpus, memory)  # type: ignore[arg-type]
 
 
 def archive_dir() -> Path:
@@ -127,7 +135,7 @@ def ensure_template(e2b: Any, env: Environment) -> str:
                 template = template.run_cmd(
                     apply_command([f"{ENV_DIR}/{a.name}" for a in archives]), user="root"
                 )
-            e2b.Template.build(template, name)
+            e2b.Template.build(template, name, cpu_count=env.cpu_count, memory_mb=env.memory_mb)
         except Exception as exc:
             raise SandboxStartError(f"e2b template {name} could not be built: {exc}") from exc
     _KNOWN.add(name)
