@@ -26,7 +26,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from sweflow.envcache.repos import RepoError, RepoSource, export_commit
 from sweflow.envcache.specs import EnvSpec, SpecTable
-from sweflow.envcache.store import LayerStore
+from sweflow.envcache.store import LayerStore, flocked
 from sweflow.envcache.validate import Prepared
 from sweflow.errors import SweflowError
 from sweflow.grading.evalscript import make_eval_script
@@ -86,6 +86,7 @@ class BuildResult:
     seconds: float = 0.0
     error: str = ""
     log_path: str = ""
+    layers: list[str] = field(default_factory=list)  # the manifest's digests, lowest first
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,7 @@ class EnvBuilder:
         naming it and where it was looked for, before any layer is built.
         """
         self.check_sources(i for i in instances if not self.store.has_instance(i.instance_id))
-        return interruptible_map(self._build_one, instances, self.options.max_workers)
+        return interruptible_map(self.build_one, instances, self.options.max_workers)
 
     def pack(self, instance_ids: Sequence[str], fmt: Literal["squashfs", "erofs"]) -> int:
         """Pack the built instances' own layers into images (mounted read-only from then on).
@@ -230,12 +231,13 @@ class EnvBuilder:
         return self.logs / f"{instance_id}.log"
 
     # -- one instance -----------------------------------------------------------------------
-    def _build_one(self, instance: Instance) -> BuildResult:
+    def build_one(self, instance: Instance) -> BuildResult:
+        """Build one instance's layers unless the store has them (one failure never raises)."""
         iid = instance.instance_id
         log = self.log_path(iid)
         if self.store.has_instance(iid):
             self.progress(iid, "cached")
-            return BuildResult(iid, "cached", log_path=str(log))
+            return BuildResult(iid, "cached", log_path=str(log), layers=self._layer_digests(iid))
         start = time.monotonic()
         self.progress(iid, "building")
         log.write_text(
@@ -251,7 +253,13 @@ class EnvBuilder:
             self.progress(iid, "error")
             return BuildResult(iid, "error", round(time.monotonic() - start, 3), message, str(log))
         self.progress(iid, "built")
-        return BuildResult(iid, "built", round(time.monotonic() - start, 3), log_path=str(log))
+        seconds = round(time.monotonic() - start, 3)
+        layers = self._layer_digests(iid)
+        return BuildResult(iid, "built", seconds, log_path=str(log), layers=layers)
+
+    def _layer_digests(self, instance_id: str) -> list[str]:
+        manifest = self.store.read_manifest(instance_id)
+        return [layer.digest for layer in manifest.layers] if manifest else []
 
     def _build_layers(self, instance: Instance, log: Path) -> None:
         iid = instance.instance_id
@@ -302,7 +310,7 @@ class EnvBuilder:
         """The layer recorded under ``ref``, made once even when many instances need it."""
         with self._locks_guard:
             lock = self._key_locks.setdefault(ref, threading.Lock())
-        with lock:
+        with lock, flocked(self.refs / f"{ref}.lock"):  # threads here, processes on this store
             ref_file = self.refs / ref
             if ref_file.exists():
                 layer = self.store.get_layer(ref_file.read_text().strip())

@@ -108,6 +108,14 @@ class SpecTable:
             table[repo] = {v: _validate(raw, repo, v, source) for v in raw}
         return cls(table)
 
+    def digest(self) -> str:
+        """sha256 of the whole table, every field: the same table, read again elsewhere."""
+        payload = {
+            repo: {v: spec.model_dump(mode="json") for v, spec in versions.items()}
+            for repo, versions in self.specs.items()
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
     def versions(self, repo: str) -> list[str]:
         """The versions known for ``repo``, in version order (empty for an unknown repo)."""
         return sorted(self.specs.get(repo, {}), key=_version_sort_key)

@@ -273,7 +273,7 @@ class LayerStore:
         """A context in which no gc runs: wrap commits and the manifest that references them.
 
         Never call ``gc`` while holding it in the same process: it would wait for itself."""
-        return _flocked(self.root / "store.lock", shared=True)
+        return flocked(self.root / "store.lock", shared=True)
 
     # -- layers -------------------------------------------------------------------------------
     def new_upper(self) -> Path:
@@ -368,7 +368,7 @@ class LayerStore:
         """The stored layer ``digest`` (with the kind it was first stored as), or None."""
         if not self._present(digest):
             return None
-        info = self._info(digest)
+        info = self.layer_info(digest)
         return Layer(
             digest=digest,
             kind=info.kind,
@@ -382,7 +382,7 @@ class LayerStore:
         image = self._image(digest)
         if image is not None:
             point = self.mnt / digest
-            with self.hold(), _flocked(self.root / "mount.lock"):
+            with self.hold(), flocked(self.root / "mount.lock"):
                 point.mkdir(exist_ok=True)
                 if not os.path.ismount(point):
                     packing.mount_image(image, point, _format_of(image))
@@ -456,7 +456,7 @@ class LayerStore:
         for digest in sorted(self._digests()):
             if not self._present(digest):
                 continue  # an orphan sidecar
-            info = self._info(digest)
+            info = self.layer_info(digest)
             image = self._image(digest)
             packed = image.stat().st_size if image is not None else 0
             path = self.layers / digest
@@ -488,7 +488,7 @@ class LayerStore:
         link), empty mount points, and tmp entries whose owner process is gone (those with no
         owner in their name: when older than ``STALE_TMP_S``). Waits for running commits."""
         report = GcReport()
-        with _flocked(self.root / "store.lock"):
+        with flocked(self.root / "store.lock"):
             referenced: set[str] = set()
             for path in sorted(self.manifests.glob("*.json")):
                 manifest = _load_manifest(path)
@@ -530,7 +530,7 @@ class LayerStore:
             report.packed.append(digest)
         if path.is_dir() and not path.is_symlink():
             try:
-                report.freed_bytes += self._info(digest).size_bytes
+                report.freed_bytes += self.layer_info(digest).size_bytes
             except StoreError:  # its sidecar is gone: count the files instead
                 report.freed_bytes += _apparent_size(path)
         if os.path.lexists(path):
@@ -552,7 +552,8 @@ class LayerStore:
         names = {path.name.removesuffix(".json") for path in self.layers.iterdir()}
         return names | {path.stem for path in self.packed.iterdir()}
 
-    def _info(self, digest: str) -> LayerInfo:
+    def layer_info(self, digest: str) -> LayerInfo:
+        """The record of a stored layer (kind, size, where an imported one lives)."""
         sidecar = self.layers / f"{digest}.json"
         try:
             return LayerInfo.model_validate_json(sidecar.read_text())
@@ -581,7 +582,8 @@ class LayerStore:
 
 
 @contextmanager
-def _flocked(path: Path, shared: bool = False) -> Iterator[None]:
+def flocked(path: Path, shared: bool = False) -> Iterator[None]:
+    """Hold a flock on ``path`` (created if absent): exclusive, or ``shared``."""
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import tempfile
 import time
@@ -107,6 +108,14 @@ class Grader:
         self.limits = limits or DEFAULT_LIMITS
 
     # -- public ------------------------------------------------------------------------------
+    def on_store(self, store: Path) -> Grader:
+        """This grader with its settings on another store (a cluster node's own)."""
+        if Path(store).absolute() == self.store.root:
+            return self
+        other = copy.copy(self)
+        other.store = type(self.store)(Path(store))
+        return other
+
     def reward(
         self,
         instance: Instance,
