@@ -62,10 +62,10 @@ have=$(cat "$STAMP" 2>/dev/null || true)
 if [[ $want == "$have" && -x $VENV/bin/sweflow ]]; then
   say "python packages: up to date"
 else
-  say "pip install -e '.[docker,e2b,pipeline,train,test,dev]' (torch's CPU build: a few minutes once)"
+  say "pip install -e '.[docker,e2b,pipeline,ray,train,test,dev]' (torch's CPU build: a few minutes once)"
   rm -f "$STAMP"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    -e '.[docker,e2b,pipeline,train,test,dev]'
+    -e '.[docker,e2b,pipeline,ray,train,test,dev]'
   echo "$want" >"$STAMP"
 fi
 say "ready: $("$VENV/bin/python" -V 2>&1) in .venv"

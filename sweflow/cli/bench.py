@@ -277,3 +277,21 @@ def bench_pipeline(
     if done.returncode != 0:
         raise typer.Exit(done.returncode)
     _emit(json.loads(done.stdout), json_out)
+
+
+@bench_app.command("ray")
+def bench_ray(
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+    quick: bool = typer.Option(False, help="4 instances, 2 reps (for CI)."),
+) -> None:
+    """Ray executor overhead per instance, throughput on 1 and 2 nodes, layer transfer MB/s.
+
+    Examples:
+      sweflow bench ray --json --quick
+      sweflow bench ray --json
+    """
+    if importlib.util.find_spec("ray") is None:
+        raise typer.BadParameter("Ray is not installed: pip install 'sweflow[ray]'")
+    from sweflow.bench.ray import run
+
+    _emit(run(quick=quick, progress=_progress), json_out)

@@ -164,3 +164,34 @@ def spec_from_options(base: str, layers: list[Path], workdir: str, network: bool
     from sweflow.sandbox.spec import SandboxSpec
 
     return SandboxSpec(layers=[base_layer(base), *layers], workdir=workdir, network=network)
+
+
+def _ray_address(value: str | None) -> str | None:
+    """``--ray`` is checked before any work: the ray extra must be installed."""
+    if value is None:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise typer.BadParameter("Ray is not installed: pip install 'sweflow[ray]'")
+    return value
+
+
+RayOption = typer.Option(
+    None,
+    "--ray",
+    metavar="ADDRESS",
+    help="Run the per-instance work on a Ray cluster: HOST:PORT of its head, auto (the cluster "
+    "running on this machine) or local (a Ray started for this command).",
+    callback=_ray_address,
+)
+
+
+def cli_executor(ray: str | None, store: Path):
+    """The executor of ``--ray`` (this process's threads without it)."""
+    from sweflow.cluster.executor import make_executor
+
+    if ray is None:
+        return make_executor("local", store)
+    address = None if ray == "local" else ray
+    return make_executor("ray", store, address=address, notify=lambda line: console.print(line))

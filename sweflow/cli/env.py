@@ -11,10 +11,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import App, console, folder_or_new, option_group, positive
+from sweflow.cli.common import (
+    App,
+    RayOption,
+    cli_executor,
+    console,
+    folder_or_new,
+    option_group,
+    positive,
+)
 from sweflow.errors import SweflowError
 
 if TYPE_CHECKING:
+    from sweflow.cluster.executor import Executor
     from sweflow.envcache.builder import BuildResult, EnvBuilder
     from sweflow.instances import Instance
 
@@ -155,17 +164,28 @@ def _progress() -> Progress:
     )
 
 
-def build_with_progress(builder: EnvBuilder, instances: list[Instance]) -> list[BuildResult]:
+def build_with_progress(
+    builder: EnvBuilder, instances: list[Instance], executor: Executor | None = None
+) -> list[BuildResult]:
+    """Build on ``executor`` (this process's threads by default) with a progress bar."""
+    from sweflow.cluster.executor import LocalExecutor
+    from sweflow.envcache.work import BuildWork, build_instances
+
+    executor = executor or LocalExecutor(builder.store.root)
     with _progress() as bar:
         task = bar.add_task("building environments", total=len(instances))
 
-        def update(instance_id: str, status: str) -> None:
-            if status in ("built", "cached", "error"):
-                bar.advance(task)
-            bar.update(task, description=f"{status}: {instance_id}")
+        def update(result: BuildResult) -> None:
+            bar.update(task, advance=1, description=f"{result.status}: {result.instance_id}")
 
-        builder.progress = update
-        return builder.build(instances)
+        work = BuildWork(builder.specs, builder.options)
+        return build_instances(executor, work, instances, on_done=update)
+
+
+def print_retries(executor: Executor) -> None:
+    """Say which instances ran more than once (their node died) and where."""
+    for retry in executor.retries():
+        console.print(f"[yellow]retried:[/] {retry.item} (ran on {' then '.join(retry.nodes)})")
 
 
 def print_build_table(results: list[BuildResult]) -> None:
@@ -189,18 +209,24 @@ def print_build_table(results: list[BuildResult]) -> None:
 def env_build(
     data: DatasetArgs,
     pack: str = typer.Option(None, "--pack", help="Pack built layers: squashfs or erofs."),
+    ray: str | None = RayOption,
 ) -> None:
     """Build (or find cached) the layers of every instance; exit 1 if any failed.
 
     Examples:
       sweflow env build -d data/demo --store store/
       sweflow env build -d tasks.jsonl --specs specs.yaml --repo-mirror mirrors/ -s store -i A,B
+      sweflow env build -d data/demo --store store/ --ray 127.0.0.1:6379
     """
     if pack not in (None, "squashfs", "erofs"):
         raise CliError(f"--pack must be squashfs or erofs, not {pack!r}")
+    if pack and ray:
+        raise CliError("--pack packs this machine's store: not with --ray")
     rows = data.rows()
     builder = data.builder()
-    results = build_with_progress(builder, rows)
+    executor = cli_executor(ray, data.store)
+    results = build_with_progress(builder, rows, executor)
+    print_retries(executor)
     print_build_table(results)
     if pack:
         with console.status(f"packing layers as {pack}"):
@@ -224,30 +250,34 @@ def env_validate(
     timeout: float = typer.Option(
         1800.0, "--timeout", help="Seconds per test run.", callback=positive
     ),
+    ray: str | None = RayOption,
 ) -> None:
     """Build what is missing, then check each instance's tests both ways in fresh sandboxes.
 
-    Example:
+    Examples:
       sweflow env validate -d data/demo --store store/ --out valid.jsonl --report report/ --runs 2
+      sweflow env validate -d data/demo --store store/ --out v.jsonl --report r/ --ray auto
     """
-    from sweflow.envcache.validate import validate, write_outputs
+    from sweflow.envcache.validate import write_outputs
+    from sweflow.envcache.work import BuildWork, ValidateWork, validate_instances
 
     rows = data.rows()
     builder = data.builder()
-    build_results = {r.instance_id: r for r in build_with_progress(builder, rows)}
-    prepared = [builder.prepare_validation(row, build_results[row.instance_id]) for row in rows]
+    executor = cli_executor(ray, data.store)
+    build_with_progress(builder, rows, executor)
+    work = ValidateWork(BuildWork(builder.specs, builder.options), runs, timeout)
     with _progress() as bar:
-        task = bar.add_task("validating", total=len(prepared))
-        results = validate(
-            prepared,
+        task = bar.add_task("validating", total=len(rows))
+        results = validate_instances(
+            executor,
+            work,
+            rows,
             report / "logs",
-            runs=runs,
-            timeout=timeout,
-            max_workers=data.max_workers,
             on_done=lambda r: bar.update(
                 task, advance=1, description=f"{r.outcome}: {r.instance_id}"
             ),
         )
+    print_retries(executor)
     write_outputs(results, rows, out, report)
     table = Table(title="env validate")
     for column in ("instance", "outcome", "reason"):

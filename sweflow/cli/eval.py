@@ -8,8 +8,21 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sweflow.cli.common import BackendOption, console, folder_or_new, positive
-from sweflow.cli.env import DatasetArgs, _progress, build_with_progress, dataset_options
+from sweflow.cli.common import (
+    BackendOption,
+    RayOption,
+    cli_executor,
+    console,
+    folder_or_new,
+    positive,
+)
+from sweflow.cli.env import (
+    DatasetArgs,
+    _progress,
+    build_with_progress,
+    dataset_options,
+    print_retries,
+)
 
 STYLES = {"resolved": "green", "unresolved": "yellow", "error": "red", "empty": "dim"}
 
@@ -37,13 +50,16 @@ def eval_command(
     reject_test_edits: bool = typer.Option(
         False, "--reject-test-edits", help="Grade patches that edit test files as unresolved."
     ),
+    ray: str | None = RayOption,
 ) -> None:
     """Build what is missing, grade each prediction in a fresh sandbox, write swebench's files.
 
     Examples:
       sweflow eval -d data/demo --store store/ -p gold --run-id gold
       sweflow eval -d data/demo/tasks.jsonl --store store/ -p preds.json --run-id r1 -b docker
+      sweflow eval -d data/demo --store store/ -p gold --run-id gold --ray 127.0.0.1:6379
     """
+    from sweflow.envcache.work import BuildWork
     from sweflow.grading.evaluate import evaluate
     from sweflow.grading.predictions import load_predictions
     from sweflow.grading.reward import Grader
@@ -56,7 +72,8 @@ def eval_command(
     wanted = {p.instance_id for p in preds.items}
     rows_to_build = [r for r in rows if r.instance_id in wanted]
     builder = data.builder()
-    build_with_progress(builder, rows_to_build)
+    executor = cli_executor(ray, data.store)
+    build_with_progress(builder, rows_to_build, executor)
     grader = Grader(
         data.store,
         builder.specs,
@@ -77,7 +94,10 @@ def eval_command(
             on_done=lambda o: bar.update(
                 task, advance=1, description=f"{o.status}: {o.instance_id}"
             ),
+            executor=executor,
+            build=BuildWork(builder.specs, builder.options),
         )
+    print_retries(executor)
     table = Table(title=f"sweflow eval {run_id}")
     for column in ("instance", "model", "status", "F2P", "P2P", "seconds", "reason"):
         table.add_column(column, overflow="fold")

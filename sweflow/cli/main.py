@@ -12,6 +12,7 @@ from sweflow.cli.common import App, BaseOption, console, spec_from_options
 from sweflow.cli.env import env_app
 from sweflow.cli.eval import eval_command
 from sweflow.cli.pipeline import pipeline_app
+from sweflow.cli.ray import ray_app
 from sweflow.cli.sandbox import sandbox_app
 from sweflow.cli.serve import model_app, serve_command
 from sweflow.cli.synth import synth
@@ -24,6 +25,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(model_app, name="model")
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(train_app, name="train")
+app.add_typer(ray_app, name="ray")
 app.command("collect")(collect_command)
 app.command("infer")(infer_command)
 app.command("serve")(serve_command)

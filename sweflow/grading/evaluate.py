@@ -17,18 +17,22 @@ import json
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swebench.harness.constants import LOG_INSTANCE, LOG_REPORT, RUN_EVALUATION_LOG_DIR
 
+from sweflow.cluster.executor import Executor, LocalExecutor, Node, Retry
 from sweflow.errors import SweflowError
 from sweflow.grading.patches import is_empty
 from sweflow.grading.predictions import Prediction
 from sweflow.grading.reward import PATCH_FILE, Grader, RewardResult
 from sweflow.grading.runlog import RunLog
 from sweflow.instances import Instance
-from sweflow.sandbox.tracking import interruptible_map
+
+if TYPE_CHECKING:
+    from sweflow.envcache.work import BuildWork
 
 _CWD_LOCK = threading.Lock()  # make_run_report reads logs relative to the working directory
 
@@ -52,11 +56,31 @@ class RunSummary:
     report_path: Path
     markdown_path: Path
     report: dict
+    retried: list[Retry] = field(default_factory=list)  # graded more than once (a node died)
 
 
 def instance_dir(root: Path, run_id: str, model: str, instance_id: str) -> Path:
     """Where run_evaluation keeps one instance's files."""
     return root / RUN_EVALUATION_LOG_DIR / run_id / model.replace("/", "__") / instance_id
+
+
+@dataclass
+class GradeWork:
+    """Grade one (instance, prediction) into ``out``: the picklable work of an executor.
+
+    On a cluster node the grader's settings apply to that node's store; an instance the node
+    lacks is brought from a peer, or built when ``build`` is given."""
+
+    grader: Grader
+    build: BuildWork | None = None
+
+    def __call__(self, item: tuple[Instance, Prediction], out: Path, node: Node) -> Outcome:
+        instance, pred = item
+        grader = self.grader.on_store(node.store)
+        if not grader.store.has_instance(instance.instance_id):
+            if not node.fetch(grader.store, instance.instance_id) and self.build is not None:
+                self.build.ensure(instance, node)
+        return _grade(grader, instance, pred, out)
 
 
 def evaluate(
@@ -70,25 +94,47 @@ def evaluate(
     dataset_name: str = "",
     max_workers: int = 2,
     on_done: Callable[[Outcome], None] | None = None,
+    executor: Executor | None = None,
+    build: BuildWork | None = None,
 ) -> RunSummary:
-    """Grade every prediction (bounded concurrency), then write the run's summary files."""
+    """Grade every prediction (bounded concurrency, on ``executor``: this process's threads by
+    default), then write the run's summary files."""
     if not predictions:
         raise SweflowError("no predictions to evaluate")
     by_id = {i.instance_id: i for i in instances}
     root, report_dir = root.resolve(), report_dir.resolve()
-
-    def one(prediction: Prediction) -> Outcome:
-        outcome = _grade(grader, by_id[prediction.instance_id], prediction, root, run_id)
-        if on_done:
-            on_done(outcome)
-        return outcome
-
-    outcomes = interruptible_map(one, predictions, max_workers)
+    outcomes: list[Outcome | None] = []
+    todo: list[int] = []
+    for index, pred in enumerate(predictions):
+        settled = _settled(pred, instance_dir(root, run_id, pred.model_name_or_path,
+                                              pred.instance_id))  # fmt: skip
+        outcomes.append(settled)
+        if settled is None:
+            todo.append(index)
+        elif on_done:
+            on_done(settled)
+    executor = executor or LocalExecutor(grader.store.root)
+    graded = executor.map(
+        GradeWork(grader, build),
+        [(by_id[predictions[i].instance_id], predictions[i]) for i in todo],
+        [
+            instance_dir(
+                root, run_id, predictions[i].model_name_or_path, predictions[i].instance_id
+            )
+            for i in todo
+        ],  # fmt: skip
+        keys=[predictions[i].instance_id for i in todo],
+        max_workers=max_workers,
+        on_done=on_done,
+    )
+    for index, outcome in zip(todo, graded, strict=True):
+        outcomes[index] = outcome
+    done = [o for o in outcomes if o is not None]
     report_path = _run_report(instances, predictions, run_id, root, report_dir, dataset_name)
     report = json.loads(report_path.read_text())
     markdown = report_path.with_suffix(".md")
-    markdown.write_text(markdown_summary(run_id, report, outcomes))
-    return RunSummary(outcomes, report_path, markdown, report)
+    markdown.write_text(markdown_summary(run_id, report, done))
+    return RunSummary(done, report_path, markdown, report, executor.retries())
 
 
 def _graded_patch(out: Path) -> str | None:
@@ -99,9 +145,10 @@ def _graded_patch(out: Path) -> str | None:
         return None
 
 
-def _grade(grader: Grader, instance: Instance, pred: Prediction, root: Path, run_id: str):
+def _settled(pred: Prediction, out: Path) -> Outcome | None:
+    """The outcome known without grading (an earlier report of this prediction, an empty
+    patch), or None; files of an earlier run that graded another prediction are removed."""
     iid, model = pred.instance_id, pred.model_name_or_path
-    out = instance_dir(root, run_id, model, iid)
     report_file = out / LOG_REPORT
     if report_file.exists() and _graded_patch(out) == pred.model_patch:
         resolved = bool(json.loads(report_file.read_text()).get(iid, {}).get("resolved"))
@@ -110,6 +157,11 @@ def _grade(grader: Grader, instance: Instance, pred: Prediction, root: Path, run
         shutil.rmtree(out)
     if is_empty(pred.model_patch):
         return Outcome(iid, model, "empty", False, "empty patch: not run (as in the harness)")
+    return None
+
+
+def _grade(grader: Grader, instance: Instance, pred: Prediction, out: Path) -> Outcome:
+    iid, model = pred.instance_id, pred.model_name_or_path
     try:
         result = grader.reward(instance, pred.model_patch, log_dir=out, model=model)
     except SweflowError as exc:  # not built, no eval script: this instance only

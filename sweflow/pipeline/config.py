@@ -22,6 +22,7 @@ from sweflow.pipeline.sections import (
     DatasetSection,
     EnvsSection,
     ModelSection,
+    RaySection,
     SandboxSection,
     Section,
     SplitSection,
@@ -41,6 +42,10 @@ class PipelineBase(Section):
     stages: list[Stage] = Field(default_factory=lambda: list(STAGE_NAMES))
     force: list[Stage] = Field(default_factory=list, description="re-run despite the cache")
     retries: int = Field(2, ge=0, description="retries of infrastructure failures per stage")
+    executor: Literal["local", "ray"] = Field(
+        "local", description="where build, validate and evaluate run their instances"
+    )
+    ray: RaySection = Field(default_factory=RaySection)
     dataset: DatasetSection = Field(default_factory=DatasetSection)
     envs: EnvsSection = Field(default_factory=EnvsSection)
     sandbox: SandboxSection = Field(default_factory=SandboxSection)

@@ -50,6 +50,19 @@ class EnvsSection(Section):
     timeout_s: float = Field(1800.0, gt=0, description="per build step and test run")
 
 
+class RaySection(Section):
+    """The Ray cluster of ``executor: ray`` (nodes started with ``sweflow ray start``)."""
+
+    address: str | None = Field(
+        None, description="HOST:PORT of the head, or auto; None: a Ray started on this machine"
+    )
+    slots_per_task: float = Field(1.0, gt=0, description="sweflow_slot each instance takes")
+    max_retries: int = Field(3, ge=0, description="re-runs of an instance whose node died")
+    wait_timeout_s: float = Field(
+        600.0, gt=0, description="fail when work waits this long and none can start"
+    )
+
+
 class SandboxSection(Section):
     backend: BackendName = DEFAULT_BACKEND
     max_open: int = Field(8, ge=1, description="sandboxes open at once (a global limit)")

@@ -17,6 +17,7 @@ from sweflow.errors import SweflowError
 from sweflow.pipeline.registry import BY_NAME
 
 if TYPE_CHECKING:
+    from sweflow.cluster.executor import Executor
     from sweflow.envcache.builder import EnvBuilder
     from sweflow.instances import Instance
     from sweflow.pipeline.config import PipelineConfig
@@ -152,6 +153,36 @@ def make_builder(config: PipelineConfig) -> EnvBuilder:
         timeout_s=envs.timeout_s,
     )
     return EnvBuilder(load_specs(config.dataset.specs_path()), options)
+
+
+def make_executor(config: PipelineConfig) -> Executor:
+    """The executor the config names (``executor``, ``ray``), on the run's store."""
+    from sweflow.cluster.executor import make_executor as make
+
+    if config.executor == "local":
+        return make("local", config.store())
+    return make("ray", config.store(), **config.ray.model_dump())
+
+
+def instance_step(step: Callable[[str], None], executor: Executor) -> Callable[[str, str], None]:
+    """``step`` for one instance's outcome, saying which node did it."""
+    return lambda status, key: step(f"{status}: {key} ({executor.node_of(key)})")
+
+
+def executor_markdown(executor: Executor, keys: list[str]) -> str:
+    """Where a stage's instances ran, per node, and which ran twice: for the stage's artifact."""
+    lines = [f"Ran on {executor.describe()}.", ""]
+    per_node: dict[str, int] = {}
+    for key in keys:
+        node = executor.node_of(key) or "-"
+        per_node[node] = per_node.get(node, 0) + 1
+    lines += ["| node | instances |", "| --- | --- |"]
+    lines += [f"| {node} | {count} |" for node, count in sorted(per_node.items())]
+    retries = executor.retries()
+    if retries:
+        lines += ["", f"Retried {len(retries)} instance(s) whose node or worker died:"]
+        lines += [f"- {r.item}: ran on {' then '.join(r.nodes)}" for r in retries]
+    return "\n".join(lines)
 
 
 def counter_progress(progress: Progress, total: int) -> Callable[[str], None]:

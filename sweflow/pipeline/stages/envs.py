@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 
-from sweflow.envcache.validate import validate, write_outputs
+from sweflow.envcache.validate import write_outputs
+from sweflow.envcache.work import BuildWork, ValidateWork, build_instances, validate_instances
 from sweflow.pipeline.stages.common import (
     StageContext,
     StageError,
     StageResult,
     counter_progress,
+    executor_markdown,
     file_digest,
+    instance_step,
     json_digest,
     load_tasks,
     make_builder,
+    make_executor,
 )
 
 
@@ -23,13 +28,16 @@ def build_envs(ctx: StageContext) -> StageResult:
     tasks = load_tasks(config)
     builder = make_builder(config)
     step = counter_progress(ctx.progress, len(tasks))
-
-    def on_build(instance_id: str, status: str) -> None:
-        if status in ("built", "cached", "error"):
-            step(f"{status}: {instance_id}")
-
-    builder.progress = on_build
-    results = builder.build(tasks)
+    keys = [t.instance_id for t in tasks]
+    with contextlib.closing(make_executor(config)) as executor:
+        done = instance_step(step, executor)
+        results = build_instances(
+            executor,
+            BuildWork(builder.specs, builder.options),
+            tasks,
+            on_done=lambda r: done(r.status, r.instance_id),
+        )
+        where = executor_markdown(executor, keys)
     counts = Counter(r.status for r in results)
     rows = [
         {"instance": r.instance_id, "status": r.status, "seconds": r.seconds, "error": r.error}
@@ -37,17 +45,14 @@ def build_envs(ctx: StageContext) -> StageResult:
     ]
     if counts["error"] == len(results):
         raise StageError(f"no instance built; first error: {results[0].error}")
-    manifests = {
-        t.instance_id: [layer.digest for layer in m.layers]
-        for t in tasks
-        if (m := builder.store.read_manifest(t.instance_id)) is not None
-    }
+    manifests = {r.instance_id: r.layers for r in results if r.status != "error"}
     return StageResult(
         "build_envs",
         json_digest(manifests),
         {"store": str(config.store())},
         dict(counts),
         rows,
+        where,
     )
 
 
@@ -56,18 +61,20 @@ def validate_envs(ctx: StageContext) -> StageResult:
     config = ctx.config
     tasks = load_tasks(config)
     builder = make_builder(config)
-    built = {r.instance_id: r for r in builder.build(tasks)}  # all cached after build_envs
-    prepared = [builder.prepare_validation(t, built[t.instance_id]) for t in tasks]
     out = config.run_dir / "validate"
-    step = counter_progress(ctx.progress, len(prepared))
-    results = validate(
-        prepared,
-        out / "logs",
-        runs=config.envs.validate_runs,
-        timeout=config.envs.timeout_s,
-        max_workers=config.envs.max_workers,
-        on_done=lambda result: step(f"{result.outcome}: {result.instance_id}"),
-    )
+    step = counter_progress(ctx.progress, len(tasks))
+    build = BuildWork(builder.specs, builder.options)
+    work = ValidateWork(build, config.envs.validate_runs, config.envs.timeout_s)
+    with contextlib.closing(make_executor(config)) as executor:
+        done = instance_step(step, executor)
+        results = validate_instances(
+            executor,
+            work,
+            tasks,
+            out / "logs",
+            on_done=lambda r: done(r.outcome, r.instance_id),
+        )
+        where = executor_markdown(executor, [t.instance_id for t in tasks])
     dataset = out / "validated.jsonl"
     write_outputs(results, tasks, dataset, out)
     counts = Counter(r.outcome for r in results)
@@ -80,4 +87,5 @@ def validate_envs(ctx: StageContext) -> StageResult:
         {"dataset": str(dataset), "report": str(out / "validation.md")},
         dict(counts),
         rows,
+        where,
     )

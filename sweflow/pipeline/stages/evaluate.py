@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from sweflow.envcache.specs import load_specs
+from sweflow.envcache.work import BuildWork
 from sweflow.grading import Grader
 from sweflow.grading.evaluate import evaluate as run_evaluation
 from sweflow.grading.predictions import load_predictions
@@ -13,8 +15,12 @@ from sweflow.pipeline.stages.common import (
     StageError,
     StageResult,
     counter_progress,
+    executor_markdown,
     file_digest,
+    instance_step,
     load_tasks,
+    make_builder,
+    make_executor,
 )
 
 
@@ -29,17 +35,23 @@ def evaluate(ctx: StageContext) -> StageResult:
     grader = Grader(config.store(), load_specs(config.dataset.specs_path()),
                     backend=config.sandbox.backend, timeout_s=config.eval.timeout_s)  # fmt: skip
     step = counter_progress(ctx.progress, len(predictions.items))
-    summary = run_evaluation(
-        grader,
-        instances,
-        predictions.items,
-        config.eval.run_id,
-        root=out,
-        report_dir=out,
-        dataset_name=str(config.dataset.path),
-        max_workers=config.eval.max_workers,
-        on_done=lambda outcome: step(f"{outcome.status}: {outcome.instance_id}"),
-    )
+    builder = make_builder(config)
+    with contextlib.closing(make_executor(config)) as executor:
+        done = instance_step(step, executor)
+        summary = run_evaluation(
+            grader,
+            instances,
+            predictions.items,
+            config.eval.run_id,
+            root=out,
+            report_dir=out,
+            dataset_name=str(config.dataset.path),
+            max_workers=config.eval.max_workers,
+            on_done=lambda o: done(o.status, o.instance_id),
+            executor=executor,
+            build=BuildWork(builder.specs, builder.options),
+        )
+        where = executor_markdown(executor, [p.instance_id for p in predictions.items])
     counts = {k: v for k, v in summary.report.items() if isinstance(v, int)}
     rows = [{"instance": o.instance_id, "status": o.status, "resolved": o.resolved,
              "reason": o.reason} for o in summary.outcomes]  # fmt: skip
@@ -50,4 +62,5 @@ def evaluate(ctx: StageContext) -> StageResult:
          "logs": str(out / "logs" / "run_evaluation" / config.eval.run_id)},
         counts,
         rows,
+        where,
     )  # fmt: skip

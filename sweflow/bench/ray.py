@@ -1,0 +1,123 @@
+"""Ray executor benchmark: the same instances graded by the local executor and on a real Ray
+cluster of this machine (``sweflow ray start`` nodes), in one run.
+
+- ``local_s_per_instance`` / ``ray_s_per_instance``: wall time of grading the gold patches of
+  the demo slice (``evaluate`` as the pipeline's stage does it), divided by the instances, with
+  the same concurrency (the head's 2 slots, 2 local threads) on the same store, so no layer
+  moves; after one untimed pass each (imports, Ray's worker processes), p50 over the reps, the
+  two interleaved. ``overhead_ms_per_instance`` is their
+  difference; ``noop_overhead_ms`` the same for a work item that does nothing (the executor's
+  own cost: task, scratch folder, files back, ledger).
+- ``throughput_per_min``: gold gradings per minute on one node, then on two (the second node
+  joins with an empty store: a warm-up pass fetches its layers, then the timed pass). Both nodes
+  share this machine's 2 cores, so the second adds slots, not compute.
+- ``transfer_mb_per_s`` and ``moved_mb_per_instance``: the layers the second node fetched from
+  the head during the warm-up (tar through Ray's object store, digests checked on arrival).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
+from sweflow.cluster.executor import Executor, LocalExecutor, Node
+from sweflow.cluster.local_cluster import LocalCluster
+from sweflow.grading.dataset import GradingData
+from sweflow.grading.evaluate import evaluate
+from sweflow.grading.predictions import gold_predictions
+from sweflow.grading.reward import Grader
+
+Progress = Callable[[str], None]
+SLOTS = 2
+
+
+def _noop(item: int, out: Path, node: Node) -> int:
+    return item
+
+
+def _grade_all(executor: Executor, data: GradingData, instances, root: Path) -> float:
+    start = time.monotonic()
+    summary = evaluate(Grader(data.store, data.specs), instances, gold_predictions(instances),
+                       "bench", root=root, report_dir=root, max_workers=SLOTS,
+                       executor=executor)  # fmt: skip
+    seconds = time.monotonic() - start
+    if summary.report["resolved_instances"] != len(instances):
+        raise BenchError(f"gold did not resolve every instance: {summary.markdown_path}")
+    return seconds
+
+
+def _noop_all(executor: Executor, n: int, root: Path) -> float:
+    start = time.monotonic()
+    executor.map(_noop, list(range(n)), [root] * n, keys=[str(i) for i in range(n)],
+                 max_workers=SLOTS)  # fmt: skip
+    return time.monotonic() - start
+
+
+def run(quick: bool = False, progress: Progress = print) -> dict:
+    from sweflow.cluster.ray_executor import RayExecutor
+
+    count, reps = (4, 2) if quick else (12, 5)
+    store = bench_root("ray") / "store"
+    data = GradingData.load(DEMO, store, wheelhouse())
+    instances = data.sample(count)
+    progress(f"building {len(instances)} demo instances in {store}")
+    if failed := [r for r in data.builder.build(instances) if r.status == "error"]:
+        raise BenchError(f"build failed: {failed[0].instance_id}: {failed[0].error}")
+    with tempfile.TemporaryDirectory(prefix="sweflow-bench-ray-") as tmp:
+        root = Path(tmp)
+        with LocalCluster(root) as cluster:
+            progress("starting a Ray head (2 sandbox slots) on this machine")
+            cluster.add_node("head", slots=SLOTS, store=store)
+            ray_executor = RayExecutor(cluster.address, store)
+            local_executor = LocalExecutor(store)
+            local, ray_s, noop_local, noop_ray = [], [], [], []
+            progress("warm-up: both executors grade once (imports, Ray's worker processes)")
+            _grade_all(local_executor, data, instances, root / "lw")
+            _grade_all(ray_executor, data, instances, root / "rw")
+            for rep in range(reps):
+                progress(f"rep {rep + 1}/{reps}: local and ray, {len(instances)} gold gradings")
+                local.append(_grade_all(local_executor, data, instances, root / f"l{rep}"))
+                ray_s.append(_grade_all(ray_executor, data, instances, root / f"r{rep}"))
+                noop_local.append(_noop_all(local_executor, 50, root / "noop"))
+                noop_ray.append(_noop_all(ray_executor, 50, root / "noop"))
+            one_node = statistics.median(ray_s)
+            progress("a second node joins with an empty store")
+            cluster.add_node("second", slots=SLOTS)
+            two = RayExecutor(cluster.address, store)
+            _grade_all(two, data, instances, root / "warm")  # the second node fetches
+            moved = list(two.moved.values())
+            two_nodes = statistics.median(
+                _grade_all(two, data, instances, root / f"t{rep}") for rep in range(reps)
+            )
+            ray_executor.close()
+            two.close()
+            import ray
+
+            ray.shutdown()
+    n = len(instances)
+    local_p50, ray_p50 = statistics.median(local) / n, one_node / n
+    moved_bytes = sum(m.bytes for m in moved)
+    moved_seconds = sum(m.seconds for m in moved)
+    return {
+        "instances": n,
+        "reps": reps,
+        "local_s_per_instance": round(local_p50, 4),
+        "ray_s_per_instance": round(ray_p50, 4),
+        "overhead_ms_per_instance": round((ray_p50 - local_p50) * 1000, 1),
+        "noop_overhead_ms": round(
+            (statistics.median(noop_ray) - statistics.median(noop_local)) / 50 * 1000, 2
+        ),
+        "throughput_per_min": {
+            "local": round(60 / local_p50, 1),
+            "ray_1_node": round(60 / ray_p50, 1),
+            "ray_2_nodes": round(60 * n / two_nodes, 1),
+        },
+        "instances_fetched": len(moved),
+        "transfer_mb_per_s": round(moved_bytes / 2**20 / moved_seconds, 1) if moved else None,
+        "moved_mb_per_instance": round(moved_bytes / 2**20 / len(moved), 2) if moved else None,
+        "note": "both nodes share this machine's 2 cores: a second node adds slots, not compute",
+    }

@@ -1,0 +1,121 @@
+"""Building and validating instances one at a time, on whichever node an executor picks.
+
+``BuildWork`` and ``ValidateWork`` are the picklable per-instance work of the build and validate
+stages (see sweflow.cluster.executor): they carry the spec table and build options, and on the
+node make (once per process and store) an EnvBuilder on that node's own store. An instance the
+node lacks is brought from a peer node when one has it, else built here, so validation runs on
+any node whatever happened to the node that built it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sweflow.cluster.executor import Executor, Node
+from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
+from sweflow.envcache.specs import SpecTable
+from sweflow.envcache.validate import Validation, validate_one
+from sweflow.errors import ConfigError
+from sweflow.instances import Instance
+
+_builders: dict[str, EnvBuilder] = {}
+_builders_guard = threading.Lock()
+
+
+def _builder(specs: SpecTable, options: BuildOptions) -> EnvBuilder:
+    """One builder per process and settings: its locks make shared layers once per process."""
+    key = options.model_dump_json() + specs.digest()
+    with _builders_guard:
+        if key not in _builders:
+            _builders[key] = EnvBuilder(specs, options)
+        return _builders[key]
+
+
+@dataclass
+class BuildWork:
+    """Build (or find) one instance; its build log goes to ``out``."""
+
+    specs: SpecTable
+    options: BuildOptions
+
+    def builder(self, node: Node) -> EnvBuilder:
+        return _builder(self.specs, self.options.model_copy(update={"store": node.store}))
+
+    def ensure(self, instance: Instance, node: Node) -> tuple[EnvBuilder, BuildResult]:
+        """The instance on this node: found, brought from a peer (``cached``), or built."""
+        builder = self.builder(node)
+        if not builder.store.has_instance(instance.instance_id):
+            node.fetch(builder.store, instance.instance_id)
+        return builder, builder.build_one(instance)
+
+    def __call__(self, instance: Instance, out: Path, node: Node) -> BuildResult:
+        builder, result = self.ensure(instance, node)
+        log = builder.log_path(instance.instance_id)
+        kept = out / log.name
+        if log.exists() and log.resolve() != kept.resolve():
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, kept)
+        return replace(result, log_path=str(kept))
+
+
+@dataclass
+class ValidateWork:
+    """Validate one instance both ways (built first where needed); logs under ``out/<id>``."""
+
+    build: BuildWork
+    runs: int = 1
+    timeout: float = 1800.0
+
+    def __post_init__(self) -> None:
+        for name in ("runs", "timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"validate: {name} must be positive, got {getattr(self, name)}")
+
+    def __call__(self, instance: Instance, out: Path, node: Node) -> Validation:
+        builder, built = self.build.ensure(instance, node)
+        prepared = builder.prepare_validation(instance, built)
+        return validate_one(prepared, out, self.runs, self.timeout)
+
+
+def build_instances(
+    executor: Executor,
+    work: BuildWork,
+    instances: Sequence[Instance],
+    *,
+    on_done: Callable[[BuildResult], None] | None = None,
+) -> list[BuildResult]:
+    """Every instance built (in order); a missing repository fails before anything is built."""
+    here = EnvBuilder(work.specs, work.options)
+    here.check_sources(i for i in instances if not here.store.has_instance(i.instance_id))
+    logs = work.options.store / "logs"
+    return executor.map(
+        work,
+        list(instances),
+        [logs] * len(instances),
+        keys=[i.instance_id for i in instances],
+        max_workers=work.options.max_workers,
+        on_done=on_done,
+    )
+
+
+def validate_instances(
+    executor: Executor,
+    work: ValidateWork,
+    instances: Sequence[Instance],
+    log_root: Path,
+    *,
+    on_done: Callable[[Validation], None] | None = None,
+) -> list[Validation]:
+    """Every instance validated (in order), logs under ``log_root/<instance_id>``."""
+    return executor.map(
+        work,
+        list(instances),
+        [log_root] * len(instances),
+        keys=[i.instance_id for i in instances],
+        max_workers=work.build.options.max_workers,
+        on_done=on_done,
+    )

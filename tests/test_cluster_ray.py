@@ -1,0 +1,183 @@
+"""The Ray executor on a real multi-node Ray cluster started on this machine.
+
+Nodes are ``sweflow ray start`` processes (a head with 2 sandbox slots and a second node with
+1), each with its own layer store, stopped by their PIDs. A slice of the demo set is built,
+validated and graded with the local executor and with the Ray executor; the reports must be
+byte-identical. Layers move between the nodes' stores by digest; a node killed mid-run has its
+work retried on the others, and the run says so.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'sweflow[ray]')")
+
+from sweflow.cluster.executor import LocalExecutor  # noqa: E402
+from sweflow.cluster.local_cluster import LocalCluster  # noqa: E402
+from sweflow.cluster.ray_executor import ClusterError, RayExecutor  # noqa: E402
+from sweflow.cluster.slice_run import run_slice  # noqa: E402
+from sweflow.envcache.store import LayerStore  # noqa: E402
+from sweflow.envcache.work import BuildWork, ValidateWork, validate_instances  # noqa: E402
+from sweflow.grading.dataset import GradingData  # noqa: E402
+from sweflow.ports import free_port  # noqa: E402
+from sweflow.sandbox import backend_class  # noqa: E402
+
+pytestmark = pytest.mark.slow
+DEMO = Path(__file__).parents[1] / "data" / "demo" / "tasks.jsonl"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, bookworm_rootfs):
+    root = tmp_path_factory.mktemp("ray")
+    with LocalCluster(root) as running:
+        running.add_node("head", slots=2)
+        running.add_node("second", slots=1)
+        yield running
+        ray.shutdown()  # this process's driver, before its nodes go
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, wheelhouse):
+    """Four demo tasks from the three repositories; options point at a fresh store."""
+    data = GradingData.load(DEMO, tmp_path_factory.mktemp("unused-store"), wheelhouse)
+    return data, data.sample(4)
+
+
+def _options(data: GradingData, store: Path):
+    return data.builder.options.model_copy(update={"store": store, "max_workers": 3})
+
+
+def test_a_ray_run_leaves_the_reports_of_a_local_run(cluster, demo, tmp_path: Path) -> None:
+    data, instances = demo
+    local_store, ray_store = tmp_path / "local-store", tmp_path / "ray-store"
+    local = run_slice(LocalExecutor(local_store), data.specs, _options(data, local_store),
+                      instances, tmp_path / "local")  # fmt: skip
+    executor = RayExecutor(cluster.address, ray_store)
+    on_ray = run_slice(executor, data.specs, _options(data, ray_store), instances, tmp_path / "ray")
+
+    assert [r.status for r in local.built] == [r.status for r in on_ray.built] == ["built"] * 4
+    assert all(r.layers for r in on_ray.built)  # (pip installs are not bit-reproducible)
+    assert [v.outcome for v in on_ray.validated] == ["valid"] * 4
+    local_reports = local.reports(tmp_path / "local")
+    assert len(local_reports) == 2 + 4
+    assert on_ray.reports(tmp_path / "ray") == local_reports
+    names = {p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*")}
+    assert {p.relative_to(tmp_path / "ray") for p in (tmp_path / "ray").rglob("*")} == names
+    stores = [LayerStore(node.store) for node in cluster.nodes]
+    assert all(store.instance_ids() for store in stores), "both nodes built or fetched work"
+    assert not LayerStore(ray_store).instance_ids(), "the nodes' own stores are used"
+    assert executor.retries() == []
+
+
+def test_layers_move_between_nodes_by_digest(cluster, demo, tmp_path: Path) -> None:
+    """An instance built on one node is validated on the other: its layers are fetched."""
+    data, instances = demo
+    executor = RayExecutor(cluster.address, tmp_path / "store")
+    head, second = (LayerStore(node.store) for node in cluster.nodes)
+    only_head = [i for i in instances if head.has_instance(i.instance_id)
+                 and not second.has_instance(i.instance_id)]  # fmt: skip
+    if not only_head:  # every instance of the first test landed on both: build a new one
+        extra = data.sample(5)[4]
+        build_on_head = BuildWork(data.specs, _options(data, head.root))
+        build_on_head.ensure(extra, LocalExecutor(head.root).node)
+        only_head = [extra]
+    target = only_head[0]
+    work = ValidateWork(BuildWork(data.specs, _options(data, tmp_path / "store")))
+    for _ in range(3):  # until the task lands on the second node (it takes 1 of 3 slots)
+        validate_instances(executor, work, [target, target, target], tmp_path / "logs")
+        if second.has_instance(target.instance_id):
+            break
+    assert second.has_instance(target.instance_id)
+    head_manifest = head.read_manifest(target.instance_id)
+    second_manifest = second.read_manifest(target.instance_id)
+    assert second_manifest.layers == head_manifest.layers
+    moved = executor.moved.get(target.instance_id)
+    assert moved is not None and moved.bytes > 0 and moved.layers > 0
+    assert not (second.root / "logs" / f"{target.instance_id}.log").exists(), "fetched, not built"
+
+
+def test_a_node_dying_mid_run_has_its_work_retried(cluster, demo, tmp_path: Path) -> None:
+    data, instances = demo
+    victim = cluster.add_node("victim", slots=1)
+    executor = RayExecutor(cluster.address, tmp_path / "store", max_retries=2)
+    work = ValidateWork(BuildWork(data.specs, _options(data, tmp_path / "store")), runs=3)
+    results: list = []
+    runner = threading.Thread(
+        target=lambda: results.extend(
+            validate_instances(executor, work, instances, tmp_path / "logs")
+        )
+    )
+    runner.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        attempts, running = ray.get(executor.ledger.state.remote())
+        if any(runs[-1][0] == "victim" and key in running for key, runs in attempts.items()):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("no work reached the victim node")
+    victim.kill()
+    runner.join(300)
+    assert not runner.is_alive()
+    backend_class("local").collect_garbage()  # the killed node's sandboxes, on this same host
+    assert [r.outcome for r in results] == ["valid"] * len(instances)
+    retried = executor.retries()
+    assert retried and all(r.nodes[0] == "victim" and "victim" not in r.nodes[1:]
+                           for r in retried)  # fmt: skip
+    for instance in instances:  # each instance's logs once, from the run that finished
+        logs = sorted(p.name for p in (tmp_path / "logs" / instance.instance_id).iterdir())
+        runs = [f"{kind}-{n}.log" for kind in ("base", "gold") for n in (1, 2, 3)]
+        assert logs == sorted([*runs, *(f"gold-{n}.apply.log" for n in (1, 2, 3))])
+
+
+def test_an_address_that_does_not_answer_is_an_error_within_seconds(tmp_path: Path) -> None:
+    start = time.monotonic()
+    with pytest.raises(ClusterError, match="no Ray cluster answers at 127.0.0.1"):
+        RayExecutor(f"127.0.0.1:{free_port()}", tmp_path)
+    assert time.monotonic() - start < 10
+
+
+def test_work_no_node_can_take_waits_then_fails(cluster, demo, tmp_path: Path) -> None:
+    data, instances = demo
+    lines: list[str] = []
+    executor = RayExecutor(cluster.address, tmp_path, slots_per_task=64, wait_timeout_s=8,
+                           notify=lines.append)  # fmt: skip
+    build = BuildWork(data.specs, _options(data, tmp_path))
+    with pytest.raises(ClusterError, match=r"waited \d+ s and none could start.*64 sweflow_slot"):
+        executor.map(build, instances[:1], [tmp_path], keys=["x"], max_workers=1)
+    assert any("waiting for a node" in line for line in lines)
+
+
+def test_the_pipeline_stages_run_on_the_cluster(cluster, demo, tmp_path: Path) -> None:
+    """``executor: ray`` in the pipeline config: build and validate as stages, their artifact
+    text naming the nodes."""
+    from sweflow.pipeline.config import PipelineConfig
+    from sweflow.pipeline.registry import BY_NAME
+    from sweflow.pipeline.stages.common import StageContext
+
+    data, instances = demo
+    config = PipelineConfig(
+        run_dir=tmp_path / "run",
+        dataset={"path": DEMO, "instances": [i.instance_id for i in instances[:2]]},
+        envs={"wheelhouse": data.builder.options.wheelhouse},
+        executor="ray",
+        ray={"address": cluster.address},
+    )
+    lines: list[str] = []
+    built = BY_NAME["build_envs"].function()(
+        StageContext(config, {}, lambda *a: lines.append(a[2]))
+    )
+    ctx = StageContext(config, {"build_envs": built.to_dict()}, lambda *a: lines.append(a[2]))
+    validated = BY_NAME["validate_envs"].function()(ctx)
+    assert validated.counts == {"valid": 2}
+    for result in (built, validated):
+        assert (
+            result.markdown.startswith("Ran on ray: ") and "| node | instances |" in result.markdown
+        )
+    names = {node.name for node in cluster.nodes}
+    assert all(any(f"({name})" in line for name in names) for line in lines), lines
