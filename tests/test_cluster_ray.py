@@ -155,10 +155,11 @@ def test_work_no_node_can_take_waits_then_fails(cluster, demo, tmp_path: Path) -
 
 def test_the_pipeline_stages_run_on_the_cluster(cluster, demo, tmp_path: Path) -> None:
     """``executor: ray`` in the pipeline config: build and validate as stages, their artifact
-    text naming the nodes."""
+    text naming the nodes; the instances come to the run's store for the stages that run in
+    the flow's process."""
     from sweflow.pipeline.config import PipelineConfig
     from sweflow.pipeline.registry import BY_NAME
-    from sweflow.pipeline.stages.common import StageContext
+    from sweflow.pipeline.stages.common import StageContext, bring_instances
 
     data, instances = demo
     config = PipelineConfig(
@@ -181,3 +182,7 @@ def test_the_pipeline_stages_run_on_the_cluster(cluster, demo, tmp_path: Path) -
         )
     names = {node.name for node in cluster.nodes}
     assert all(any(f"({name})" in line for name in names) for line in lines), lines
+    ids = [i.instance_id for i in instances[:2]]  # collect, infer and rl run here: fetched
+    assert not any(LayerStore(config.store()).has_instance(i) for i in ids)
+    bring_instances(config, ids)
+    assert all(LayerStore(config.store()).has_instance(i) for i in ids)

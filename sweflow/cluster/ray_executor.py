@@ -346,6 +346,12 @@ class RayExecutor:
     def retries(self) -> list[Retry]:
         return self._retries
 
+    def bring(self, store: Path, instance_ids: list[str]) -> int:
+        """Fetch into ``store`` (this process's) the instances the nodes built, for work that
+        runs here (agent rollouts, RL); returns how many came."""
+        here, fetch = LayerStore(store), fetcher(self.servers, "", self.ledger, "driver")
+        return sum(1 for iid in instance_ids if not here.has_instance(iid) and fetch(here, iid))
+
 
 def _on(node_id: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)

@@ -27,6 +27,7 @@ from sweflow.pipeline.stages.common import (
     StageContext,
     StageError,
     StageResult,
+    bring_instances,
     counter_progress,
     file_digest,
     load_tasks,
@@ -141,6 +142,7 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
     config = ctx.config
     specs = load_specs(config.dataset.specs_path())
     rows, teacher = _teacher_options(ctx, split_rows(ctx, "train", config.collect.limit), specs)
+    bring_instances(config, [row.instance_id for row in rows])
     out = config.run_dir / "collect"
     grader = Grader(config.store(), specs, backend=config.sandbox.backend,
                     log_dir=out / "grading")  # fmt: skip
@@ -164,6 +166,7 @@ def infer(ctx: StageContext) -> StageResult:
     """One agent run per eval task with the run's model; the diffs become preds.json."""
     config = ctx.config
     rows = split_rows(ctx, "eval", config.infer.limit)
+    bring_instances(config, [row.instance_id for row in rows])
     out = config.run_dir / "infer"
     trained = newest_model(ctx.upstream)
     servers = ctx.model_servers()

@@ -6,6 +6,7 @@ so that a later stage's cache key changes exactly when its inputs do.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable
@@ -162,6 +163,15 @@ def make_executor(config: PipelineConfig) -> Executor:
     if config.executor == "local":
         return make("local", config.store())
     return make("ray", config.store(), **config.ray.model_dump())
+
+
+def bring_instances(config: PipelineConfig, instance_ids: list[str]) -> None:
+    """Stages that run in this process (collect, infer, rl) read the run's store: with
+    ``executor: ray`` the instances the nodes built are fetched into it first."""
+    if config.executor != "ray":
+        return
+    with contextlib.closing(make_executor(config)) as executor:
+        executor.bring(config.store(), instance_ids)  # type: ignore[attr-defined]
 
 
 def instance_step(step: Callable[[str], None], executor: Executor) -> Callable[[str, str], None]:

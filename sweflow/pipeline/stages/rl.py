@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING
 from sweflow.envcache.store import LayerStore
 from sweflow.pipeline.model import ModelServers
 from sweflow.pipeline.stages.agents import split_rows
-from sweflow.pipeline.stages.common import StageContext, StageError, StageResult
+from sweflow.pipeline.stages.common import (
+    StageContext,
+    StageError,
+    StageResult,
+    bring_instances,
+)
 from sweflow.serving import resolve_model
 from sweflow.training.rl import RLResult, train
 from sweflow.training.rl_config import RLConfig
@@ -42,10 +47,14 @@ def rl(ctx: StageContext) -> StageResult:
     """GRPO steps on the train split's tasks; the result is the model ``infer`` serves next."""
     config = ctx.config
     settings = RLConfig(**config.rl.model_dump())
+    if config.executor == "ray" and settings.ray_address is None:  # verl on the run's cluster
+        settings = settings.model_copy(update={"ray_address": config.ray.address})
     reference, policy = policy_model(config, ctx.upstream)
     store = LayerStore(config.store())
+    train_rows = split_rows(ctx, "train", None)
+    bring_instances(config, [row.instance_id for row in train_rows])
     rows = []
-    for row in split_rows(ctx, "train", None):
+    for row in train_rows:
         if store.read_manifest(row.instance_id) is None:
             why = f"skipped {row.instance_id}: its environment is not built"
             ctx.progress(0, settings.steps, why)
