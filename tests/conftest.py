@@ -319,13 +319,16 @@ def demo_replays(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
 def e2b_endpoint(bookworm_rootfs: Path, tmp_path_factory):
     """The endpoint's URL, exported to the e2b SDK (E2B_API_URL, E2B_SANDBOX_URL) meanwhile.
 
-    Its `base` template is the bookworm rootfs; `layers:` templates may use the test cache and
-    the session's temporary directories (the contract suite's layers).
+    Its `base` template is the bookworm rootfs; `layers:` templates may use the test cache, the
+    base rootfs cache and the session's temporary directories (the contract suite's layers, the
+    grading stores).
     """
     pytest.importorskip("e2b", reason="the e2b SDK is not installed (pip install 'sweflow[e2b]')")
     from sweflow.e2b_endpoint.launch import local_endpoint
 
     log = tmp_path_factory.mktemp("e2b") / "endpoint.log"
-    roots = (cache_root(), tmp_path_factory.getbasetemp())
+    from sweflow.paths import rootfs_cache
+
+    roots = (cache_root(), rootfs_cache(), tmp_path_factory.getbasetemp())
     with local_endpoint(bookworm_rootfs, log, roots) as url:
         yield url

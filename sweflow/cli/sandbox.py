@@ -119,7 +119,10 @@ def sandbox_serve_e2b(
         "debian:bookworm", help="What the SDK's default template `base` opens (a --base value)."
     ),
     layers_from: list[Path] = typer.Option(
-        [], "--layers-from", help="Allow `layers:DIR:...` templates of directories under this."
+        [],
+        "--layers-from",
+        help="Allow `layers:DIR:...` templates of directories under this (--store's layers and "
+        "the base rootfs cache are allowed).",
     ),
     templates: Path | None = typer.Option(
         None, help="Where templates built with the SDK's Template.build are kept."
@@ -143,7 +146,7 @@ def sandbox_serve_e2b(
     from sweflow.e2b_endpoint.builds import TemplateBuilds
     from sweflow.e2b_endpoint.registry import Registry
     from sweflow.envcache.store import LayerStore
-    from sweflow.paths import cache_root
+    from sweflow.paths import cache_root, rootfs_cache
 
     if store is not None and not (store / "manifests").is_dir():
         raise typer.BadParameter(
@@ -152,7 +155,8 @@ def sandbox_serve_e2b(
     layer_store = LayerStore(store) if store is not None else None
     base_layer(base)  # built now if needed, not on the first create
     builds = TemplateBuilds(templates or cache_root() / "e2b-templates", lambda name: specs(name))
-    specs = template_specs(layer_store, base_layer, base, layers_from, built=builds.spec)
+    roots = [*layers_from, *([store, rootfs_cache()] if store is not None else [])]
+    specs = template_specs(layer_store, base_layer, base, roots, built=builds.spec)
     registry = Registry(specs)
     url = f"http://127.0.0.1:{port}"
     console.print(
