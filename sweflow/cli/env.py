@@ -34,7 +34,10 @@ DatasetOption = typer.Option(
 )
 SplitOption = typer.Option(None, "--split", help="Dataset split (HF datasets).")
 SpecsOption = typer.Option(
-    None, "--specs", help="Environment specs (YAML/JSON); default: specs.yaml beside the dataset."
+    None,
+    "--specs",
+    help="Environment specs (YAML/JSON), or 'swebench' for the built-in SWE-bench table; "
+    "default: specs.yaml beside the dataset, else the built-in table.",
 )
 MirrorOption = typer.Option(
     None,
@@ -92,13 +95,10 @@ def make_builder(
     progress=None,
 ) -> EnvBuilder:
     from sweflow.envcache.builder import BuildOptions, EnvBuilder
-    from sweflow.envcache.specs import load_specs
+    from sweflow.envcache.specs import default_specs, load_specs
     from sweflow.grading.dataset import bundle_mirror
-    from sweflow.instances import beside_dataset
 
-    specs_path = specs or beside_dataset(dataset, "specs.yaml")
-    if not specs_path.exists():
-        raise CliError(f"no environment specs: pass --specs (looked for {specs_path})")
+    specs_path = specs or default_specs(dataset)
     if mirror is None and repo is None and repo_url is None and Path(dataset).exists():
         mirror = bundle_mirror(Path(dataset))  # datasets ship their repositories beside them
     options = BuildOptions(
@@ -133,9 +133,9 @@ class DatasetArgs:
         return load_dataset_rows(self.dataset, self.split, self.instances)
 
     def specs_path(self) -> Path:
-        from sweflow.instances import beside_dataset
+        from sweflow.envcache.specs import default_specs
 
-        return self.specs or beside_dataset(self.dataset, "specs.yaml")
+        return self.specs or default_specs(self.dataset)
 
     def builder(self) -> EnvBuilder:
         return make_builder(

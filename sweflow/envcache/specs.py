@@ -20,8 +20,9 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -30,6 +31,8 @@ from sweflow.errors import SweflowError
 
 # ``packages`` values that mean "read the list from this file of the repository", as in the harness.
 REPO_PACKAGE_FILES: tuple[str, ...] = ("requirements.txt", "environment.yml")
+# The specs name of the built-in table: every SWE-bench (full, Lite, Verified) repo and version.
+BUILTIN_SPECS = "swebench"
 
 # The fields that shape the environment layer, the only ones in ``EnvSpec.env_digest``.
 ENV_LAYER_FIELDS: tuple[str, ...] = (
@@ -65,11 +68,28 @@ class EnvSpec(BaseModel):
     test_cmd: str | list[str] = ""
     eval_commands: list[str] = Field([], description="shell commands run before the tests")
     env_vars: dict[str, str] = {}
+    requirements_paths: list[str] = Field(
+        [], description="where `packages: requirements.txt` (or environment.yml) is looked for"
+    )
+    setup_repo: list[str] = Field(
+        [], description="shell commands run in the repository before `install` (e.g. a sed fix)"
+    )
+    log_parser: str = Field("", description="swebench parser name, e.g. parse_log_sympy")
+    test_directives: Literal["files", "django"] = Field(
+        "files", description="test files as given, or as Django's runtests module paths"
+    )
 
     @property
     def packages_file(self) -> str | None:
         """The repository file the packages come from, or ``None`` for an explicit list."""
         return self.packages if self.packages in REPO_PACKAGE_FILES else None
+
+    @property
+    def package_files(self) -> list[str]:
+        """The paths tried, in order, for ``packages_file`` (the harness's per-repo paths)."""
+        if self.packages_file is None:
+            return []
+        return self.requirements_paths or [self.packages_file]
 
     def env_digest(self) -> str:
         """sha256 of the fields that define the environment layer, as canonical JSON.
@@ -143,8 +163,11 @@ class SpecTable:
 
 
 def load_specs(path: Path | str) -> SpecTable:
-    """Read a specs file: JSON if it ends in ``.json``, YAML otherwise."""
+    """Read a specs file: JSON if it ends in ``.json``, YAML otherwise; ``swebench`` (no such file
+    in the working directory) is the built-in table of every SWE-bench repo and version."""
     path = Path(path)
+    if str(path) == BUILTIN_SPECS and not path.exists():
+        return builtin_specs()
     try:
         text = path.read_text()
     except OSError as exc:
@@ -157,6 +180,21 @@ def load_specs(path: Path | str) -> SpecTable:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise SpecError(f"specs file {path} is not valid {_format_name(path)}: {exc}") from exc
     return SpecTable.from_mapping(data, source=str(path))
+
+
+def builtin_specs() -> SpecTable:
+    """The harness's spec tables as data (sweflow/data/swebench_specs.yaml)."""
+    source = resources.files("sweflow.data").joinpath("swebench_specs.yaml")
+    data = yaml.load(source.read_text(), Loader=_TextScalarLoader)
+    return SpecTable.from_mapping(data, source=f"built-in specs ({BUILTIN_SPECS})")
+
+
+def default_specs(dataset: Path | str) -> Path:
+    """The specs of a dataset given none: ``specs.yaml`` beside it, else the built-in table."""
+    from sweflow.instances import beside_dataset
+
+    found = beside_dataset(dataset, "specs.yaml")
+    return found if found.exists() else Path(BUILTIN_SPECS)
 
 
 def test_command(spec: EnvSpec, test_files: Sequence[str]) -> str:

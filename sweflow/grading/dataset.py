@@ -14,7 +14,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
-from sweflow.envcache.specs import SpecTable, load_specs
+from sweflow.envcache.specs import SpecTable, default_specs, load_specs
 from sweflow.instances import Instance, beside_dataset, load_instances
 
 
@@ -40,7 +40,7 @@ class GradingData:
         specs: Path | None = None,
         mirror: Path | None = None,
     ) -> GradingData:
-        table = load_specs(specs or beside_dataset(dataset, "specs.yaml"))
+        table = load_specs(specs or default_specs(dataset))
         options = BuildOptions(
             store=store, repo_mirror=mirror or bundle_mirror(dataset), wheelhouse=wheelhouse
         )

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.agent.config import AgentConfig, SamplingConfig, ServedTeacher, Teacher
+from sweflow.envcache.specs import default_specs
 from sweflow.instances import beside_dataset
 from sweflow.sandbox.backends import DEFAULT_BACKEND
 from sweflow.sandbox.spec import BackendName
@@ -36,7 +37,7 @@ class DatasetSection(Section):
     limit: int | None = Field(None, ge=1, description="only the first N instances")
 
     def specs_path(self) -> Path:
-        return self.specs or beside_dataset(self.path, "specs.yaml")
+        return self.specs or default_specs(self.path)
 
     def mirror(self) -> Path:
         return self.repo_mirror or beside_dataset(self.path, "repos")
