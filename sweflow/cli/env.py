@@ -54,7 +54,11 @@ StoreOption = typer.Option(
     ..., "--store", "-s", help="The layer store directory.", callback=folder_or_new
 )
 BaseOverride = typer.Option(
-    None, "--base", help="Force a base layer (default: by the spec's python)."
+    None,
+    "--base",
+    help="Force a base (default: by the spec's python): debian:SUITE, docker:IMAGE (a daemon's), "
+    "docker-archive:TAR[:REF] (docker save), oci:PATH[:REF] (OCI layout) or registry:REF, the "
+    "image's layers imported into the store.",
 )
 WheelhouseOption = typer.Option(
     None, "--wheelhouse", help="Install offline from this wheel folder."

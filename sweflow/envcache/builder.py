@@ -32,6 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from sweflow.envcache.images import import_base
 from sweflow.envcache.repos import RepoError, RepoSource, export_commit
 from sweflow.envcache.specs import EnvSpec, SpecTable
 from sweflow.envcache.store import LayerStore, flocked
@@ -282,8 +283,11 @@ class EnvBuilder:
 
     def _environment(self, spec: EnvSpec, instance: Instance):
         runtime = find_runtime(spec.python, self.options.base)
-        base_dir = resolve_base(runtime.base, rootfs_cache())
-        layers = [self.store.import_dir(base_dir, "base")]
+        image = import_base(self.store, runtime.base)  # docker-archive:, oci:, registry: bases
+        if image is not None:
+            layers = list(image.layers)
+        else:
+            layers = [self.store.import_dir(resolve_base(runtime.base, rootfs_cache()), "base")]
         if runtime.host_prefix is not None:
             layers.append(self._python_layer(runtime.host_prefix))
         requirements = self._requirements(spec, instance)
@@ -293,8 +297,10 @@ class EnvBuilder:
             requirements,
             bool(self.options.wheelhouse),
         )
+        image_env = image.env if image is not None else {}  # an image's own settings first
         env = {
-            "PATH": f"{VENV}/bin:{DEFAULT_PATH}",
+            **image_env,
+            "PATH": f"{VENV}/bin:{image_env.get('PATH', DEFAULT_PATH)}",
             "VIRTUAL_ENV": VENV,
             **spec.env_vars,
         }

@@ -47,7 +47,7 @@ from sweflow.errors import SweflowError
 from sweflow.sandbox.procs import running, start_ticks
 from sweflow.sandbox.rootfs import MARKER
 
-LayerKind = Literal["base", "python", "env", "instance"]
+LayerKind = Literal["base", "python", "env", "instance", "image"]
 
 _HASH_BATCH = 64  # files per task of the hashing pool
 STALE_TMP_S = 3600.0  # a tmp entry without a readable owner is abandoned after this long
