@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = [ROOT / "tests" / "data" / "envcache" / "specs.yaml", ROOT / "data" / "demo" / "specs.yaml"]
 STAMP_NAME = ".sweflow-prefetch.json"
-STAMP_FORMAT = 1  # bump when what the wheelhouse holds changes for the same specs file
+STAMP_FORMAT = 2  # bump when what the wheelhouse holds changes for the same specs file
 
 
 def say(msg: str) -> None:
@@ -112,12 +112,18 @@ def prefetch_wheels(cache: Path) -> bool:
     merged: dict = {}
     for path in specs_files:
         merged.update(yaml.safe_load(path.read_text()) or {})
+    sys.path.insert(0, str(ROOT))
+    from sweflow.envcache.builder import HARNESS_TOOLS
+
     targets = wheel_targets(merged)
     dest.mkdir(parents=True, exist_ok=True)
     stamp.unlink(missing_ok=True)
     before = {p.name for p in dest.iterdir()}
     t0 = time.monotonic()
-    for python, pkgs in targets.items():
+    # Each environment layer first installs the harness's pip, setuptools and wheel; they are
+    # downloaded on their own, as a spec may pin a newer setuptools for the packages after.
+    groups = [(py, group) for py, pkgs in targets.items() for group in (pkgs, HARNESS_TOOLS)]
+    for python, pkgs in groups:
         if not pkgs:
             continue
         say(f"wheelhouse: pip download for Python {python}: {' '.join(pkgs)}")

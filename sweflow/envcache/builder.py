@@ -22,7 +22,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -33,7 +32,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from sweflow.envcache.images import import_base
-from sweflow.envcache.repos import RepoError, RepoSource, export_commit
+from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_version
+from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
 from sweflow.envcache.specs import EnvSpec, SpecTable
 from sweflow.envcache.store import LayerStore, flocked
 from sweflow.envcache.validate import Prepared
@@ -47,6 +47,12 @@ from sweflow.sandbox.spec import DEFAULT_PATH
 from sweflow.sandbox.tracking import interruptible_map
 
 VENV = "/opt/sweflow/venv"
+ENV_RECIPE = 3  # part of every environment layer's key: bump it when _env_layer's script changes
+# What `conda create python=X` gave the harness's environment images (2024: pip 24.0, setuptools
+# 69.5, wheel 0.43), capped there: pip 25.3 dropped the `setup.py develop` fallback that older
+# repositories' editable installs need, and setuptools 81+ drops pkg_resources. On an older
+# Python, pip picks the newest release below the cap that supports it.
+HARNESS_TOOLS = ("pip<24.1", "setuptools<70", "wheel<0.44")
 WORKDIR = "/testbed"
 WHEELHOUSE = "/wheelhouse"
 SUITE_PYTHONS = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
@@ -58,6 +64,28 @@ EXCLUDE_INSTALL_FILES = (
     "mkdir -p .git/info && git ls-files -z --others --exclude-standard --directory"
     " | xargs -0 -r printf '/%s\\n' >> .git/info/exclude"
 )
+
+# Setup commands that edit tracked files (a sed on setup.py) are committed, as the harness
+# commits them, so that a diff against HEAD shows only the agent's work.
+COMMIT_SETUP_EDITS = (
+    "git diff --quiet || git -c user.email=setup@swebench.config -c user.name=SWE-bench"
+    " commit -qam 'SWE-bench setup'"
+)
+
+
+def see_venv_from_base(base_python: str) -> str:
+    """A shell line that makes the base interpreter see the venv's packages (a .pth file).
+
+    The harness's environment is a conda prefix: every path to its interpreter, a symlink
+    included, finds its packages. A venv is found only through the pyvenv.cfg beside the path
+    used, so a tool that links the interpreter elsewhere (tox --current-env, as Sphinx's tests
+    run) would start a bare Python; with the .pth the base interpreter has the venv's packages
+    too, while the venv itself still ignores the base's.
+    """
+    base_site = f"{base_python} -c 'import site; print(site.getsitepackages()[0])'"
+    venv_site = "python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'"
+    pth = '"$BASE_SITE/sweflow-venv.pth"'
+    return f'BASE_SITE=$({base_site}) && mkdir -p "$BASE_SITE" && {venv_site} > {pth}'
 
 
 class BuildError(SweflowError):
@@ -194,11 +222,14 @@ class EnvBuilder:
     def build(self, instances: Sequence[Instance]) -> list[BuildResult]:
         """Build what is missing; returns one result per instance, in order.
 
-        Every repository still needed is located first (no cloning): a missing one is an error
-        naming it and where it was looked for, before any layer is built.
+        Every repository still needed is located first (no cloning): an instance whose
+        repository is missing gets an error naming it and where it was looked for, and when no
+        repository can be found nothing is built at all.
         """
-        self.check_sources(i for i in instances if not self.store.has_instance(i.instance_id))
-        return interruptible_map(self.build_one, instances, self.options.max_workers)
+        failed = self.unbuildable(instances)
+        buildable = [i for i in instances if i.instance_id not in failed]
+        built = iter(interruptible_map(self.build_one, buildable, self.options.max_workers))
+        return [failed.get(i.instance_id) or next(built) for i in instances]
 
     def pack(self, instance_ids: Sequence[str], fmt: Literal["squashfs", "erofs"]) -> int:
         """Pack the built instances' own layers into images (mounted read-only from then on).
@@ -226,7 +257,8 @@ class EnvBuilder:
             return Prepared(instance, None, "", build_error=built.error, build_log=built.log_path)
         spec = self.specs.get(instance.repo, instance.version)
         script = make_eval_script(instance, spec, activate=f". {VENV}/bin/activate")
-        return Prepared(instance, self.sandbox_spec(instance.instance_id), script)
+        sandbox = self.sandbox_spec(instance.instance_id)
+        return Prepared(instance, sandbox, script, log_parser=spec.log_parser)
 
     def log_path(self, instance_id: str) -> Path:
         return self.logs / f"{instance_id}.log"
@@ -296,6 +328,7 @@ class EnvBuilder:
             spec.env_digest(),
             requirements,
             bool(self.options.wheelhouse),
+            ENV_RECIPE,
         )
         image_env = image.env if image is not None else {}  # an image's own settings first
         env = {
@@ -343,38 +376,37 @@ class EnvBuilder:
         return self._once(f"python-{_digest(str(prefix), prefix.stat().st_mtime)}", make)
 
     def _requirements(self, spec: EnvSpec, instance: Instance) -> str | None:
-        """The repo's requirements file, when the spec's ``packages`` asks for it."""
-        if spec.packages == "environment.yml":
-            raise BuildError(
-                f"{instance.instance_id}: packages: environment.yml needs conda, which cannot be "
-                "reached from here; list the packages in pip_packages instead"
-            )
-        if spec.packages != "requirements.txt":
+        """The pip requirements the spec's ``packages`` file gives, read as the harness reads it:
+        the first of its per-repo paths that exists at the environment commit, ``-r`` includes
+        inlined; an environment.yml translated to pip (conda-only packages are a named error)."""
+        if spec.packages_file is None:
             return None
         git_dir = self._repo(instance)
         commit = instance.environment_setup_commit or instance.base_commit
-        shown = subprocess.run(
-            ["git", "--git-dir", str(git_dir), "show", f"{commit}:requirements.txt"],
-            capture_output=True,
-            text=True,
-        )
-        if shown.returncode != 0:
+        found = read_repo_file(git_dir, commit, spec.package_files)
+        if found is None:
             raise BuildError(
-                f"{instance.instance_id}: packages: requirements.txt, but {instance.repo} has no "
-                f"requirements.txt at {commit}"
+                f"{instance.instance_id}: packages: {spec.packages}, but {instance.repo} has "
+                f"none of {', '.join(spec.package_files)} at {commit}"
             )
-        return shown.stdout
+        path, text = found
+        if spec.packages_file == "environment.yml":
+            return conda_to_pip(text, f"{instance.repo}:{path} at {commit[:12]}")
+        return inline_requirements(git_dir, commit, path, text)
 
     def _env_layer(self, spec, runtime: Runtime, layers, env, requirements, log: Path):
-        packages = [] if spec.packages in ("", "requirements.txt") else spec.packages.split()
+        packages = [] if spec.packages_file or not spec.packages else shlex.split(spec.packages)
         script = [
             "set -euxo pipefail",
             f"{runtime.python} -m venv {VENV}",
             f". {VENV}/bin/activate",
         ]
         script += [f"export {k}={shlex.quote(v)}" for k, v in spec.env_vars.items()]
+        script.append(see_venv_from_base(runtime.python))
         script += list(spec.pre_install)
-        script.append("python -m pip install --upgrade-strategy only-if-needed pip || true")
+        # The pip, setuptools and wheel of the harness's conda environments, not the suite's
+        # (bullseye's venv pip 20.3 cannot install an editable project with a new setuptools).
+        script.append("python -m pip install -U " + " ".join(map(shlex.quote, HARNESS_TOOLS)))
         if requirements is not None:
             script.append("python -m pip install -r /tmp/sweflow-requirements.txt")
         if packages or spec.pip_packages:
@@ -393,26 +425,45 @@ class EnvBuilder:
         git_dir = self._repo(instance)
         with self.store.fresh_upper() as upper:
             export_commit(git_dir, instance.base_commit, upper / WORKDIR.lstrip("/"))
-            if spec.install:
-                with self._sandbox(layers, upper, {**env}) as sandbox:
-                    install = f"set -euxo pipefail\ncd {WORKDIR}\n{spec.install}\n"
-                    self._run(sandbox, install + EXCLUDE_INSTALL_FILES, log, "install")
+            if spec.install or spec.setup_repo:
+                version = scm_version(git_dir, instance.base_commit)
+                scm = {"SETUPTOOLS_SCM_PRETEND_VERSION": version} if version else {}
+                with self._sandbox(layers, upper, {**env, **scm}) as sandbox:
+                    steps = [*spec.setup_repo, spec.install, COMMIT_SETUP_EDITS]
+                    install = "set -euxo pipefail\n" + f"cd {WORKDIR}\n" + "\n".join(steps)
+                    self._run(sandbox, f"{install}\n{EXCLUDE_INSTALL_FILES}", log, "install")
             else:
                 with open(log, "a") as f:
                     f.write("no install command: the repository is used as checked out\n")
             return self.store.commit(upper, "instance")
 
-    def check_sources(self, instances: Iterable[Instance]) -> None:
-        """Raise a RepoError naming every repository of ``instances`` that has no source."""
+    def check_sources(self, instances: Iterable[Instance]) -> dict[str, str]:
+        """Repositories of ``instances`` without a source, each with the reason (where it was
+        looked for); a RepoError naming them all when none of the repositories has one."""
         source = self._repo_source()
-        missing: list[str] = []
-        for repo in sorted({i.repo for i in instances}):
+        repos = sorted({i.repo for i in instances})
+        missing: dict[str, str] = {}
+        for repo in repos:
             try:
                 source.locate(repo)
             except RepoError as exc:
-                missing.append(str(exc))
-        if missing:
-            raise RepoError(f"{len(missing)} repositories have no source: " + "; ".join(missing))
+                missing[repo] = str(exc)
+        if repos and len(missing) == len(repos):
+            raise RepoError(
+                f"{len(missing)} repositories have no source: " + "; ".join(missing.values())
+            )
+        return missing
+
+    def unbuildable(self, instances: Sequence[Instance]) -> dict[str, BuildResult]:
+        """The instances that cannot be built because their repository has no source, as error
+        results naming it (the others build); a RepoError when none of them can be built."""
+        needed = [i for i in instances if not self.store.has_instance(i.instance_id)]
+        missing = self.check_sources(needed)
+        return {
+            i.instance_id: BuildResult(i.instance_id, "error", error=missing[i.repo])
+            for i in needed
+            if i.repo in missing
+        }
 
     # -- helpers ----------------------------------------------------------------------------
     def _repo_source(self) -> RepoSource:

@@ -1,10 +1,12 @@
 """Repository sources for a task's ``repo`` ("owner/name"), and export of one commit as /testbed.
 
 A repository comes from a local path, a mirror folder (``DIR/owner__name`` or ``DIR/owner/name``,
-optionally with a ``.git`` suffix, bare or not, symlinks followed, or a git bundle
-``DIR/owner__name.bundle`` as datasets ship them) or a git URL cloned once into
-``cache_root()/repos/owner__name.git`` as a bare mirror and fetched again only when a needed
-commit is missing. A bundle is cloned once per content digest, so an updated bundle is seen.
+optionally with a ``.git`` suffix, bare or not, symlinks followed, a git bundle
+``DIR/owner__name.bundle`` as datasets ship them, or ``DIR/owner__name.git.tar``, a tar of a bare
+shallow repository: only a dataset's commits, which a bundle cannot carry without their
+history) or a git URL cloned once into ``cache_root()/repos/owner__name.git`` as a bare mirror
+and fetched again only when a needed commit is missing. A bundle or tar is unpacked once per
+content digest, so an updated one is seen.
 
 ``export_commit`` writes a self-contained, one-commit (shallow) repository: its pack holds only
 the commit and its tree, copied from the source's object database by ``rev-list |
@@ -25,6 +27,7 @@ import os
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -83,9 +86,11 @@ class RepoSource:
         found = self.locate(repo)
         if isinstance(found, Path) and not found.is_file():
             return found
-        if isinstance(found, Path):  # a bundle: cloned once per content digest
+        if isinstance(found, Path):  # a bundle or a tar: unpacked once per content digest
             digest = hashlib.sha256(found.read_bytes()).hexdigest()[:16]
             dest = self._cache() / f"{owner}__{name}.{digest}.git"
+            if found.name.endswith(".git.tar"):
+                return _cached_untar(found, dest)
             return _cached_clone(repo, str(found.resolve()), dest, commits)
         return _cached_clone(repo, found, self._cache() / f"{owner}__{name}.git", commits)
 
@@ -108,10 +113,10 @@ class RepoSource:
                     tried.append(candidate)
                     if (git_dir := _git_dir(candidate)) is not None:
                         return git_dir
-                bundle = mirror / f"{rel}.bundle"
-                tried.append(bundle)
-                if bundle.is_file():
-                    return bundle
+                for packed in (mirror / f"{rel}.bundle", mirror / f"{rel}.git.tar"):
+                    tried.append(packed)
+                    if packed.is_file():
+                        return packed
         if self.url is not None:
             return (
                 self.url.replace("{repo}", repo).replace("{owner}", owner).replace("{name}", name)
@@ -120,7 +125,8 @@ class RepoSource:
             raise RepoError(
                 f"{repo} is not in the repo mirror {self.mirror}: tried "
                 + ", ".join(str(p) for p in tried)
-                + " (layouts <owner>__<name> and <owner>/<name>, bare or not, or a .bundle)"
+                + " (layouts <owner>__<name> and <owner>/<name>, bare or not, a .bundle or"
+                " a .git.tar)"
             )
         raise RepoError(f"no source for repository {repo}: give a repo mirror, a path or a URL")
 
@@ -145,6 +151,31 @@ def has_commit(git_dir: Path, commit: str) -> bool:
     if not _COMMIT_RE.fullmatch(commit):
         return False
     return _git_run(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=git_dir).returncode == 0
+
+
+_DESCRIBED = re.compile(r".*?(\d+(?:\.\d+)*)(\S*)-(\d+)-g([0-9a-f]+)")
+
+
+def scm_version(git_dir: Path, commit: str) -> str | None:
+    """The version setuptools_scm computes for ``commit`` in a full clone (its default
+    guess-next-dev scheme), or None without a version tag before it.
+
+    An exported repository holds one commit and no tags, so setuptools_scm would say 0.1.dev1
+    there (and pytest's own tox.ini then refuses to run); the build hands it this instead.
+    """
+    described = _git_run(["describe", "--tags", "--long", commit], git_dir=git_dir)
+    match = _DESCRIBED.fullmatch(described.stdout.strip()) if described.returncode == 0 else None
+    if match is None:
+        return None
+    version, suffix, distance, sha = match.groups()
+    if distance == "0":
+        return version + suffix
+    if "dev" in suffix:  # a dev tag: the distance replaces its dev number
+        suffix = ""
+    elif not suffix:
+        *head, last = version.split(".")
+        version = ".".join([*head, str(int(last) + 1)])
+    return f"{version}{suffix}.dev{distance}+g{sha}"
 
 
 def export_commit(git_dir: Path, commit: str, dest: Path, *, repo: str | None = None) -> None:
@@ -253,6 +284,28 @@ def _set_mtimes(root: Path, when: int) -> None:
         for entry in (*dirs, *files):
             os.utime(os.path.join(parent, entry), (when, when), follow_symlinks=False)
     os.utime(root, (when, when))
+
+
+def _cached_untar(archive: Path, dest: Path) -> Path:
+    """The bare repository in ``archive`` (a tar of its files), unpacked once at ``dest``.
+
+    The form for a shallow repository (a dataset's commits without their history), which a git
+    bundle cannot carry: a bundle needs the commits' parents.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.with_name(dest.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not dest.exists():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+            try:
+                with tarfile.open(archive) as tar:
+                    tar.extractall(tmp, filter="data")
+                if _git_dir(tmp) is None:
+                    raise RepoError(f"{archive} does not hold a bare git repository")
+                tmp.rename(dest)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return dest
 
 
 def _cached_clone(repo: str, url: str, dest: Path, commits: Iterable[str]) -> Path:

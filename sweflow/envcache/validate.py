@@ -44,10 +44,11 @@ class Prepared:
     eval_script: str
     build_error: str | None = None
     build_log: str = ""
+    log_parser: str = ""  # the spec's, when the row names none
 
 
 def _runs(prep: Prepared, gold: bool, runs: int, log_dir: Path, timeout: float) -> list[EvalRun]:
-    spec = test_spec_for(prep.instance, prep.eval_script)
+    spec = test_spec_for(prep.instance, prep.eval_script, prep.log_parser)
     out = []
     for i in range(runs):
         name = f"{'gold' if gold else 'base'}-{i + 1}.log"

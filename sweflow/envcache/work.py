@@ -88,18 +88,25 @@ def build_instances(
     *,
     on_done: Callable[[BuildResult], None] | None = None,
 ) -> list[BuildResult]:
-    """Every instance built (in order); a missing repository fails before anything is built."""
-    here = EnvBuilder(work.specs, work.options)
-    here.check_sources(i for i in instances if not here.store.has_instance(i.instance_id))
+    """Every instance built (in order); one whose repository has no source is an error naming
+    it, and nothing is built when no repository has one."""
+    failed = EnvBuilder(work.specs, work.options).unbuildable(instances)
+    for result in failed.values():
+        if on_done:
+            on_done(result)
+    buildable = [i for i in instances if i.instance_id not in failed]
     logs = work.options.store / "logs"
-    return executor.map(
-        work,
-        list(instances),
-        [logs] * len(instances),
-        keys=[i.instance_id for i in instances],
-        max_workers=work.options.max_workers,
-        on_done=on_done,
+    built = iter(
+        executor.map(
+            work,
+            buildable,
+            [logs] * len(buildable),
+            keys=[i.instance_id for i in buildable],
+            max_workers=work.options.max_workers,
+            on_done=on_done,
+        )
     )
+    return [failed.get(i.instance_id) or next(built) for i in instances]
 
 
 def validate_instances(

@@ -1,19 +1,25 @@
 """Eval scripts in the SWE-bench harness shape, run in a sandbox and graded by swebench's parsers.
 
 A row's own ``eval_script`` (swebench 5 datasets carry one) is used as is; otherwise one is made
-from the environment spec the way the harness made them: reset the test files, apply
-``test_patch``, run ``test_cmd`` on the test files between the start/end markers (visible in the
-log through ``set -x``), and reset again. Parsing goes through swebench's own ``get_logs_eval``,
+from the environment spec the way swebench 4.x made them for classic rows: record the repository
+state, re-run ``install``, reset the test files, apply ``test_patch``, run ``test_cmd`` on the
+test directives between the start/end markers (visible in the log through ``set -x``), and reset
+again. Parsing goes through swebench's own ``get_logs_eval``,
 so a status here is exactly the harness's status for the same log.
 """
 
 from __future__ import annotations
 
-import shlex
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swebench.harness.constants import APPLY_PATCH_FAIL, END_TEST_OUTPUT, START_TEST_OUTPUT
+from swebench.harness.constants import (
+    APPLY_PATCH_FAIL,
+    END_TEST_OUTPUT,
+    NON_TEST_EXTS,
+    START_TEST_OUTPUT,
+)
 from swebench.harness.grading import get_logs_eval
 from swebench.harness.utils import make_test_spec
 from swebench.types import TestSpec
@@ -25,9 +31,12 @@ from sweflow.grading.runlog import RunLog
 from sweflow.instances import Instance
 from sweflow.sandbox import SandboxFileError
 
-HEREDOC = "EOF_SWEFLOW_114329324912"
+HEREDOC = "EOF_114329324912"  # the harness's delimiter, so scripts compare line for line
 DEFAULT_LOG_PARSER = "parse_log_pytest"
 DEFAULT_EVAL_TYPE = "pass_and_fail"
+# Offline sandboxes: the eval script's re-install fails at once instead of retrying an index
+# (pip's five retries with backoff add ~8 s); what the build installed stays in place.
+OFFLINE_PIP = "export PIP_NO_INDEX=1"
 
 
 def patch_files(patch: str) -> list[str]:
@@ -39,42 +48,86 @@ def patch_files(patch: str) -> list[str]:
     return files
 
 
+def modified_and_new_files(patch: str) -> tuple[list[str], list[str]]:
+    """Files the diff changes that exist before it, and files it creates (as the harness splits
+    them: the first are reset with ``git checkout``, the second removed)."""
+    modified, new = [], []
+    for patched in PatchSet(patch):
+        if patched.source_file == "/dev/null":
+            new.append(patched.target_file.removeprefix("b/"))
+        else:
+            modified.append(patched.source_file.removeprefix("a/"))
+    return modified, new
+
+
+def test_directives(test_patch: str, style: str = "files") -> list[str]:
+    """What the test command is given: the test patch's files minus NON_TEST_EXTS (a data file
+    or a ``.toml`` is never handed to the test runner), as Django module paths for ``django``."""
+    found = re.findall(r"diff --git a/.* b/(.*)", test_patch)
+    directives = [d for d in found if not d.endswith(tuple(NON_TEST_EXTS))]
+    if style == "django":
+        directives = [
+            d.removesuffix(".py").removeprefix("tests/").replace("/", ".") for d in directives
+        ]
+    return directives
+
+
+test_directives.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
 def make_eval_script(instance: Instance, spec: EnvSpec, activate: str = "") -> str:
-    """The instance's eval script: its own when it has one, else built from ``spec``."""
+    """The instance's eval script: its own when it has one, else the one swebench 4.x generated
+    for the spec (the harness's commands in its order, a venv in place of conda)."""
     if instance.eval_script:
         return instance.eval_script
-    test_files = patch_files(instance.test_patch) if instance.test_patch else []
-    existing = " ".join(shlex.quote(f) for f in test_files)
-    reset = f"git checkout {instance.base_commit} {existing}" if test_files else ": no test files"
+    modified, new = modified_and_new_files(instance.test_patch) if instance.test_patch else ([], [])
+    reset = []
+    if modified:
+        reset.append(f"git checkout {instance.base_commit} {' '.join(modified)}")
+    if new:
+        reset.append(f"rm -f {' '.join(new)}")
+    directives = test_directives(instance.test_patch, spec.test_directives)
+    enter = [*([activate] if activate else []), f"cd {REPO_DIR}"]
     lines = [
         "#!/bin/bash",
         "set -uxo pipefail",
-        *([activate] if activate else []),
-        f"cd {REPO_DIR}",
+        *enter,
         *spec.eval_commands,
-        reset,
+        f"git config --global --add safe.directory {REPO_DIR}",
+        f"cd {REPO_DIR}",
+        "git status",
+        "git show -s",  # the harness's `git show`; a one-commit repository would print it whole
+        f"git -c core.fileMode=false diff {instance.base_commit}",
+        *([activate] if activate else []),
     ]
+    if spec.install:
+        lines += [OFFLINE_PIP, spec.install]
+    lines += reset
     if instance.test_patch:
-        lines += [f"git apply -v - <<'{HEREDOC}'", instance.test_patch.rstrip("\n"), HEREDOC]
+        lines += [f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}"]
     lines += [
         f": '{START_TEST_OUTPUT}'",
-        test_command(spec, test_files),
+        test_command(spec, directives),
         f": '{END_TEST_OUTPUT}'",
-        reset,
+        *reset,
     ]
     return "\n".join(lines) + "\n"
 
 
-def test_spec_for(instance: Instance, eval_script: str) -> TestSpec:
-    """A swebench TestSpec for the instance, filling the swebench-5 fields it may lack."""
+def test_spec_for(instance: Instance, eval_script: str, log_parser: str = "") -> TestSpec:
+    """A swebench TestSpec for the instance, filling the swebench-5 fields it may lack: the
+    row's own log parser first, then ``log_parser`` (the spec's, e.g. parse_log_sympy)."""
     row = instance.to_row(lists=True)
     row.update(
         eval_script=eval_script,
         image=instance.image or f"sweflow/{instance.instance_id.lower()}",
-        log_parser=instance.log_parser or DEFAULT_LOG_PARSER,
+        log_parser=instance.log_parser or log_parser or DEFAULT_LOG_PARSER,
         eval_type=instance.eval_type or DEFAULT_EVAL_TYPE,
     )
     return make_test_spec(row)
+
+
+test_spec_for.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
 @dataclass

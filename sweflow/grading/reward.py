@@ -129,7 +129,7 @@ class Grader:
         instance cannot be graded at all (not built, no eval script)."""
         start = time.monotonic()
         sandbox_spec = self._sandbox_spec(instance)
-        test_spec = test_spec_for(instance, self.eval_script(instance))
+        test_spec = test_spec_for(instance, self.eval_script(instance), self._log_parser(instance))
         verdict = _Verdict(instance, start)
         if is_empty(patch):
             return verdict.unresolved("empty", "the patch is empty", None)
@@ -159,6 +159,12 @@ class Grader:
     ) -> RewardResult:
         """:meth:`reward` in a worker thread, for asyncio agent loops."""
         return await asyncio.to_thread(self.reward, instance, patch, log_dir=log_dir, model=model)
+
+    def _log_parser(self, instance: Instance) -> str:
+        """The spec's log parser (the row's own, when it names one, wins in test_spec_for)."""
+        if self.specs is None or instance.log_parser:
+            return ""
+        return self.specs.get(instance.repo, instance.version or "").log_parser
 
     def eval_script(self, instance: Instance) -> str:
         """The row's own eval script, or one made from its environment spec."""

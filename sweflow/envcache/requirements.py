@@ -1,0 +1,135 @@
+"""Requirements of an environment read from its repository, as the SWE-bench harness reads them.
+
+The harness fetches the first of a repo's requirements paths that exists at the environment
+commit, inlines its ``-r`` includes (relative to the file's folder) and drops ``-e .``, comments
+and ``.[test`` lines; conda environment files are created with conda. Here both come from the
+local mirror, and an environment.yml is translated to pip: conda names that differ on PyPI are
+renamed, native libraries that the PyPI wheels bundle are dropped, and a package that exists
+only on conda is an error naming it, never a half-built environment.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from sweflow.errors import SweflowError
+
+# Packages the harness replaces in every requirements file (yanked from PyPI).
+REPLACED = {"types-pkg_resources": "types-setuptools"}
+_EXCLUDED_PREFIXES = ("-e .", "#", ".[test")
+# conda-forge name -> PyPI name, where they differ.
+CONDA_RENAMES = {
+    "matplotlib-base": "matplotlib",
+    "iris": "scitools-iris",
+    "pytables": "tables",
+    "pseudonetcdf": "PseudoNetCDF",
+    "python-graphviz": "graphviz",
+    "pyqt": "PyQt5",
+    "dask-core": "dask",
+}
+# Native libraries and tools that PyPI wheels bundle or that pip does not need.
+CONDA_NATIVE = frozenset(
+    {"python", "pip", "hdf5", "libnetcdf", "cairo", "pkg-config", "compilers", "c-compiler",
+     "cxx-compiler", "ccache", "make", "cmake", "libgdal", "proj", "geos", "freetype", "qhull"}
+)  # fmt: skip
+# On conda only: no PyPI distribution provides them.
+CONDA_ONLY = frozenset({"cdms2", "ffmpeg", "graphviz", "nodejs", "pynio", "esmpy"})
+_MATCH_SPEC = re.compile(r"^([A-Za-z0-9_.\-]+)\s*(?:(==|>=|<=|!=|>|<|=)?\s*(\S.*))?$")
+
+
+class RequirementsError(SweflowError):
+    """A requirements or environment file that cannot become a pip requirements list."""
+
+
+def read_repo_file(git_dir: Path, commit: str, paths: Sequence[str]) -> tuple[str, str] | None:
+    """(path, text) of the first of ``paths`` that exists at ``commit``, or None."""
+    for path in paths:
+        shown = _show(git_dir, commit, path)
+        if shown is not None:
+            return path, shown
+    return None
+
+
+def inline_requirements(git_dir: Path, commit: str, path: str, text: str) -> str:
+    """The file's requirements with its ``-r`` includes inlined first, as the harness orders
+    them; an include missing from the commit is skipped, as the harness skips it."""
+    folder = posixpath.dirname(path)
+    included: list[str] = []
+    own: list[str] = []
+    for line in text.split("\n"):
+        if line.strip().startswith("-r"):
+            target = posixpath.normpath(posixpath.join(folder, line.strip()[2:].strip()))
+            extra = _show(git_dir, commit, target)
+            if extra is not None:
+                included += [x for x in extra.split("\n") if not _excluded(x)]
+        elif not _excluded(line):
+            own.append(line)
+    return _replace_yanked("\n".join([*included, "\n".join(own)]))
+
+
+def conda_to_pip(text: str, where: str) -> str:
+    """pip requirements for a conda environment file; ``where`` names it in errors."""
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise RequirementsError(f"{where}: not valid YAML: {exc}") from None
+    deps = doc.get("dependencies") if isinstance(doc, dict) else None
+    if not isinstance(deps, list):
+        raise RequirementsError(f"{where}: no dependencies list")
+    out: list[str] = []
+    conda_only: list[str] = []
+    for dep in deps:
+        if isinstance(dep, dict):
+            out += [str(x) for x in dep.get("pip", [])]
+            continue
+        match = _MATCH_SPEC.match(str(dep).split("::")[-1].strip())
+        if match is None:
+            raise RequirementsError(f"{where}: cannot read the conda dependency {dep!r}")
+        name, op, version = match.groups()
+        if name.lower() in CONDA_NATIVE:
+            continue
+        if name.lower() in CONDA_ONLY:
+            conda_only.append(name)
+            continue
+        out.append(CONDA_RENAMES.get(name.lower(), name) + _pip_version(op, version))
+    if conda_only:
+        raise RequirementsError(
+            f"{where} needs packages that exist only on conda (no pip equivalent): "
+            + ", ".join(conda_only)
+        )
+    return _replace_yanked("\n".join(out))
+
+
+def _pip_version(op: str | None, version: str | None) -> str:
+    """A conda version constraint in pip's syntax: ``=1.2`` (conda: 1.2.*) becomes ``==1.2.*``."""
+    if not version:
+        return ""
+    version = version.split()[0]  # drop a build string
+    if op in (None, "="):
+        return f"=={version}" if version.endswith("*") else f"=={version}.*"
+    return f"{op}{version}"
+
+
+def _excluded(line: str) -> bool:
+    return line.strip().startswith(_EXCLUDED_PREFIXES)
+
+
+def _replace_yanked(text: str) -> str:
+    for old, new in REPLACED.items():
+        text = re.sub(rf"^{re.escape(old)}([<>=!~]=?.*|$)", new, text, flags=re.MULTILINE)
+    return text
+
+
+def _show(git_dir: Path, commit: str, path: str) -> str | None:
+    shown = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "show", f"{commit}:{path}"],
+        capture_output=True,
+        text=True,
+    )
+    return shown.stdout if shown.returncode == 0 else None
