@@ -9,6 +9,7 @@ import os
 import shutil
 import stat
 import subprocess
+import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,6 +228,30 @@ def test_bundle_in_the_mirror_is_cloned_once_per_content(history: History, tmp_p
     # a bundle with other contents under the same name is a new clone, not a stale one
     git("bundle", "create", str(bundle), history.commits[1], "--branches", cwd=history.work)
     assert source.resolve(REPO) != first
+
+
+def test_a_tar_of_a_shallow_repository_serves_its_commits(history: History, tmp_path: Path) -> None:
+    """Only the dataset's commits, without their parents: what a git bundle cannot carry."""
+    shallow = tmp_path / "shallow.git"
+    git("init", "-q", "--bare", str(shallow), cwd=tmp_path)
+    wanted = history.commits[-1]
+    git("-c", "protocol.file.allow=always", "fetch", "-q", "--depth", "1",
+        f"file://{history.bare}", wanted, cwd=shallow)  # fmt: skip
+    git("update-ref", f"refs/sweflow/{wanted}", wanted, cwd=shallow)
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    with tarfile.open(mirror / "acme__widget.git.tar", "w") as tar:
+        tar.add(shallow, ".")
+    source = RepoSource(mirror=mirror, cache=tmp_path / "cache")
+    git_dir = source.resolve(REPO, commits=[wanted])
+    assert git_dir.parent == tmp_path / "cache" and source.resolve(REPO) == git_dir
+    export_commit(git_dir, wanted, tmp_path / "dest")
+    assert_clean_checkout(tmp_path / "dest", wanted)
+    with pytest.raises(RepoError, match=f"commit {history.commits[0]} is not in"):
+        export_commit(git_dir, history.commits[0], tmp_path / "older")
+    (mirror / "acme__widget.git.tar").write_bytes(b"not a tar")
+    with pytest.raises(RepoError, match="acme__widget.git.tar: cannot unpack the repository"):
+        source.resolve(REPO)
 
 
 def test_symlinked_non_bare_mirror_and_local_path(history: History, tmp_path: Path) -> None:

@@ -298,8 +298,11 @@ def _cached_untar(archive: Path, dest: Path) -> Path:
         if not dest.exists():
             tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
             try:
-                with tarfile.open(archive) as tar:
-                    tar.extractall(tmp, filter="data")
+                try:
+                    with tarfile.open(archive) as tar:
+                        tar.extractall(tmp, filter="data")
+                except (tarfile.TarError, OSError) as exc:
+                    raise RepoError(f"{archive}: cannot unpack the repository: {exc}") from None
                 if _git_dir(tmp) is None:
                     raise RepoError(f"{archive} does not hold a bare git repository")
                 tmp.rename(dest)

@@ -1,0 +1,86 @@
+"""Write a small SWE-bench sample that builds offline from the checkout: rows and their commits.
+
+    python scripts/make_swebench_sample.py lite.json MIRROR_DIR OUT_DIR ID [ID ...]
+
+OUT_DIR gets ``tasks.jsonl`` (the rows, as the dataset has them) and, per repository,
+``repos/<owner>__<name>.git.tar``: a bare shallow repository holding only the rows'
+``base_commit`` and ``environment_setup_commit`` (a ref each, ``refs/sweflow/<commit>``), fetched
+at depth 1 from the mirror. A git bundle cannot carry commits without their parents; sweflow's
+repo mirror reads the tar (sweflow.envcache.repos). The tar is written with fixed owners and
+mtimes, members sorted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import tarfile
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+
+def load_rows(path: Path) -> dict[str, dict]:
+    text = path.read_text()
+    rows = json.loads(text) if text.lstrip().startswith("[") else [
+        json.loads(line) for line in text.splitlines() if line.strip()
+    ]  # fmt: skip
+    return {row["instance_id"]: row for row in rows}
+
+
+def shallow_repo(mirror: Path, commits: list[str], dest: Path) -> None:
+    subprocess.run(["git", "init", "-q", "--bare", "--template=", str(dest)], check=True)
+    fetch = ["git", "-C", str(dest), "-c", "protocol.file.allow=always", "fetch", "-q",
+             "--depth", "1", f"file://{mirror.resolve()}"]  # fmt: skip
+    subprocess.run([*fetch, *commits], check=True)
+    for commit in commits:
+        ref = f"refs/sweflow/{commit}"
+        subprocess.run(["git", "-C", str(dest), "update-ref", ref, commit], check=True)
+    subprocess.run(["git", "-C", str(dest), "gc", "-q", "--prune=now"], check=True)
+    (dest / "FETCH_HEAD").unlink(missing_ok=True)
+
+
+def write_tar(root: Path, out: Path) -> None:
+    with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tar:
+        for path in sorted(root.rglob("*")):
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(root)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            if path.is_file():
+                tar.addfile(info, io.BytesIO(path.read_bytes()))
+            else:
+                tar.addfile(info)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dataset", type=Path)
+    ap.add_argument("mirror", type=Path, help="folder of <owner>__<name> git repositories")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("ids", nargs="+")
+    args = ap.parse_args()
+    rows = load_rows(args.dataset)
+    chosen = [rows[i] for i in args.ids]
+    by_repo: dict[str, list[str]] = defaultdict(list)
+    for row in chosen:
+        for commit in (row["base_commit"], row.get("environment_setup_commit")):
+            if commit and commit not in by_repo[row["repo"]]:
+                by_repo[row["repo"]].append(commit)
+    (args.out / "repos").mkdir(parents=True, exist_ok=True)
+    for repo, commits in by_repo.items():
+        name = repo.replace("/", "__")
+        with tempfile.TemporaryDirectory() as tmp:
+            shallow_repo(args.mirror / name, commits, Path(tmp) / "repo.git")
+            write_tar(Path(tmp) / "repo.git", args.out / "repos" / f"{name}.git.tar")
+        size = (args.out / "repos" / f"{name}.git.tar").stat().st_size
+        print(f"{repo}: {len(commits)} commits, {size / 1e6:.1f} MB")
+    with open(args.out / "tasks.jsonl", "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in chosen)
+    print(f"wrote {args.out / 'tasks.jsonl'}: {len(chosen)} rows")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Real SWE-bench rows, container-free: how many build and validate, how fast, how much disk.
+
+For each row of the dataset whose repository the mirror holds (the others are counted under
+``not_mirrored``, by repository, and not tried): build its layers with the spec
+table (the built-in SWE-bench table unless a specs file is given), then validate it as the
+harness would (the gold patch resolves every FAIL_TO_PASS and PASS_TO_PASS test, and the
+FAIL_TO_PASS tests fail without it). Every row that does not validate has a named reason: not
+mirrored, a build error (its first line), or the validation's outcome.
+
+- ``tried`` / ``built`` / ``validated``: rows, rows with layers, rows that validated;
+- ``build_s_p50``: median build seconds of the rows built (a row built by an earlier run keeps
+  the seconds recorded then: results live in ``<store>/bench-swebench/`` and a re-run resumes);
+- ``store_mb_per_instance``: the distinct layers of the built rows (a layer shared by many rows,
+  the Debian base included, counted once) over the rows built, beside the anchors: an official
+  SWE-bench docker image (1.21 GB) and SWE-MiniSandbox (178 MB per instance);
+  ``above_base_mb_per_instance`` leaves the Debian bases out (environments and instances only).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from sweflow.bench import REPO, BenchError, bench_root
+from sweflow.envcache.builder import BuildOptions, EnvBuilder
+from sweflow.envcache.repos import RepoError, RepoSource
+from sweflow.envcache.specs import default_specs, load_specs
+from sweflow.envcache.store import LayerStore
+from sweflow.envcache.validate import validate_one
+from sweflow.instances import Instance, beside_dataset, load_instances
+from sweflow.sandbox.tracking import interruptible_map
+
+Progress = Callable[[str], None]
+# Three real SWE-bench Lite rows (pallets/flask) with their commits in repos/ (a 0.9 MB tar of a
+# shallow repository, scripts/make_swebench_sample.py): what runs with no option.
+DATASET = REPO / "tests" / "data" / "swebench" / "sample" / "tasks.jsonl"
+DOCKER_IMAGE_MB = 1210.0  # an official SWE-bench instance image (FACTS.md)
+MINISANDBOX_MB = 178.0  # SWE-MiniSandbox, per SWE-bench Verified instance (FACTS.md)
+
+
+NETWORK_ERRORS = ("Temporary failure in name resolution", "Network is unreachable")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "unknown"
+
+
+def failure_cause(log: Path) -> str:
+    """The error most failing tests of a run's log share (pytest's ``E   ...`` lines), named
+    for people: ``needs the network`` when it is a failed connection (sandboxes run offline)."""
+    if not log.is_file():
+        return ""
+    text = _ANSI.sub("", log.read_text(errors="replace"))
+    errors = Counter(
+        line[1:].strip() for line in text.splitlines() if line.startswith("E ") and line[1:].strip()
+    )
+    if not errors:
+        return ""
+    cause = errors.most_common(1)[0][0]
+    if any(marker in text for marker in NETWORK_ERRORS):
+        return f"needs the network (sandboxes run without one): {cause}"
+    return cause
+
+
+class _Results:
+    """Per-row results on disk, so an interrupted run keeps what it did and a re-run resumes."""
+
+    def __init__(self, store: Path) -> None:
+        self.root = store / "bench-swebench"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def get(self, instance_id: str) -> dict | None:
+        path = self.root / f"{instance_id}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def put(self, instance_id: str, record: dict) -> None:
+        tmp = self.root / f".{instance_id}.json.tmp"
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(self.root / f"{instance_id}.json")
+
+
+def run(
+    dataset: Path | None = None,
+    repo_mirror: Path | None = None,
+    store: Path | None = None,
+    specs: Path | None = None,
+    limit: int = 0,
+    max_workers: int = 2,
+    timeout: float = 1800.0,
+    progress: Progress = print,
+) -> dict:
+    dataset = dataset or DATASET
+    mirror = repo_mirror or beside_dataset(dataset, "repos")
+    store = store or bench_root("swebench") / "store"
+    table = load_specs(specs or default_specs(dataset))
+    rows = load_instances(dataset).raise_for_errors()[: limit or None]
+    if not rows:
+        raise BenchError(f"{dataset}: no rows")
+    options = BuildOptions(store=store, repo_mirror=mirror, max_workers=max_workers)
+    results = _Results(store)
+    source = RepoSource(mirror=mirror)
+    mirrored: list[Instance] = []
+    not_mirrored: Counter[str] = Counter()
+    for row in rows:
+        try:
+            source.locate(row.repo)
+            mirrored.append(row)
+        except RepoError:
+            not_mirrored[row.repo] += 1
+    todo = [r for r in mirrored if results.get(r.instance_id) is None]
+    progress(f"{len(rows)} rows, {len(mirrored)} mirrored, {len(todo)} to build and validate")
+    builder = EnvBuilder(table, options)
+    logs = store / "bench-swebench" / "logs"
+
+    def build_then_validate(instance: Instance) -> None:
+        start = time.monotonic()
+        built = builder.build_one(instance)
+        prepared = builder.prepare_validation(instance, built)
+        validation = validate_one(prepared, logs, runs=1, timeout=timeout)
+        results.put(instance.instance_id, {
+            "repo": instance.repo,
+            "build": built.status,
+            "build_s": built.seconds if built.status == "built" else None,
+            "build_error": _first_line(built.error) if built.status == "error" else "",
+            "outcome": validation.outcome,
+            "reason": validation.reason,
+            "cause": failure_cause(logs / instance.instance_id / "gold-1.log")
+            if validation.outcome == "gold_fails" else "",
+            "wall_s": round(time.monotonic() - start, 1),
+        })  # fmt: skip
+        progress(f"{instance.instance_id}: {built.status}, {validation.outcome}")
+
+    interruptible_map(build_then_validate, todo, max_workers)
+    report = _report(mirrored, results, LayerStore(store))
+    return {"dataset": str(dataset), "repo_mirror": str(mirror), "store": str(store), **report,
+            "not_mirrored": dict(sorted(not_mirrored.items()))}  # fmt: skip
+
+
+def _report(rows: list[Instance], results: _Results, store: LayerStore) -> dict:
+    reasons: dict[str, str] = {}
+    per_repo: dict[str, Counter] = defaultdict(Counter)
+    build_s: list[float] = []
+    built_ids: list[str] = []
+    for row in rows:
+        repo = per_repo[row.repo]
+        repo["tried"] += 1
+        record = results.get(row.instance_id)
+        if record is None:
+            reasons[row.instance_id] = "not run (interrupted)"
+            continue
+        if record["build"] != "error":
+            repo["built"] += 1
+            built_ids.append(row.instance_id)
+            if record["build_s"] is not None:
+                build_s.append(record["build_s"])
+        if record["outcome"] == "valid":
+            repo["validated"] += 1
+        elif record["build"] == "error":
+            reasons[row.instance_id] = f"build error: {record['build_error']}"
+        else:
+            cause = record.get("cause") or failure_cause(
+                results.root / "logs" / row.instance_id / "gold-1.log"
+            )
+            why = f"{record['outcome']}: {record['reason']}"
+            reasons[row.instance_id] = f"{why} ({cause})" if cause else why
+    tried = len(rows)
+    built = sum(c["built"] for c in per_repo.values())
+    validated = sum(c["validated"] for c in per_repo.values())
+    mb = _store_mb(store, built_ids)
+    above = _store_mb(store, built_ids, bases=False)
+    return {
+        "tried": tried,
+        "built": built,
+        "validated": validated,
+        "validated_ratio": round(validated / tried, 3) if tried else None,
+        "build_s_p50": round(statistics.median(build_s), 1) if build_s else None,
+        "store_mb_per_instance": round(mb / built, 1) if built else None,
+        "store_mb_total": round(mb, 1),
+        "above_base_mb_per_instance": round(above / built, 1) if built else None,
+        "docker_image_mb": DOCKER_IMAGE_MB,
+        "minisandbox_mb": MINISANDBOX_MB,
+        "repos": {
+            repo: {k: c[k] for k in ("tried", "built", "validated")}
+            for repo, c in sorted(per_repo.items())
+        },
+        "failures": dict(sorted(reasons.items())),
+    }
+
+
+def _store_mb(store: LayerStore, instance_ids: list[str], *, bases: bool = True) -> float:
+    """MB of the distinct layers under these instances (each shared layer once), the Debian
+    bases included or not."""
+    sizes: dict[str, int] = {}
+    for iid in instance_ids:
+        manifest = store.read_manifest(iid)
+        for layer in manifest.layers if manifest else ():
+            if bases or layer.kind != "base":
+                sizes[layer.digest] = layer.size_bytes
+    return sum(sizes.values()) / 1e6
