@@ -29,7 +29,8 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -286,47 +287,56 @@ def _set_mtimes(root: Path, when: int) -> None:
     os.utime(root, (when, when))
 
 
+@contextmanager
+def _locked(dest: Path) -> Iterator[None]:
+    """Holds the lock file beside ``dest``: one process makes or updates it at a time."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.with_name(dest.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _make_atomically(dest: Path, make: Callable[[Path], None]) -> None:
+    """``make(tmp)`` then rename to ``dest``: an interrupted one never looks finished."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        make(tmp)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _cached_untar(archive: Path, dest: Path) -> Path:
     """The bare repository in ``archive`` (a tar of its files), unpacked once at ``dest``.
 
     The form for a shallow repository (a dataset's commits without their history), which a git
     bundle cannot carry: a bundle needs the commits' parents.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with open(dest.with_name(dest.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+
+    def unpack(tmp: Path) -> None:
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(tmp, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            raise RepoError(f"{archive}: cannot unpack the repository: {exc}") from None
+        if _git_dir(tmp) is None:
+            raise RepoError(f"{archive} does not hold a bare git repository")
+
+    with _locked(dest):
         if not dest.exists():
-            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-            try:
-                try:
-                    with tarfile.open(archive) as tar:
-                        tar.extractall(tmp, filter="data")
-                except (tarfile.TarError, OSError) as exc:
-                    raise RepoError(f"{archive}: cannot unpack the repository: {exc}") from None
-                if _git_dir(tmp) is None:
-                    raise RepoError(f"{archive} does not hold a bare git repository")
-                tmp.rename(dest)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            _make_atomically(dest, unpack)
     return dest
 
 
 def _cached_clone(repo: str, url: str, dest: Path, commits: Iterable[str]) -> Path:
-    """A bare mirror clone of ``url`` at ``dest``, made once and fetched only when needed.
+    """A bare mirror clone of ``url`` at ``dest``, made once and fetched only when needed."""
 
-    A lock file serialises concurrent builders; the clone appears under its final name only
-    when complete, so an interrupted clone is never mistaken for a finished one.
-    """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with open(dest.with_name(dest.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    def clone(tmp: Path) -> None:
+        _git(["clone", "-q", "--mirror", "--template=", url, str(tmp)], repo=repo)
+
+    with _locked(dest):
         if not dest.exists():
-            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-            try:
-                _git(["clone", "-q", "--mirror", "--template=", url, str(tmp)], repo=repo)
-                tmp.rename(dest)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            _make_atomically(dest, clone)
         missing = [c for c in commits if _COMMIT_RE.fullmatch(c) and not has_commit(dest, c)]
         if missing:
             _git(["fetch", "-q", "--force", url, "refs/*:refs/*"], git_dir=dest, repo=repo)

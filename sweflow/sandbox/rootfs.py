@@ -470,8 +470,12 @@ def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
         )
         if member.isdir():
             dirs.append((member, path))
-    # Directory attributes last, deepest first, as extractall does: a read-only directory or
-    # its mtime would not survive the members written into it afterwards.
+    set_dir_attrs(tar, dirs)
+
+
+def set_dir_attrs(tar: tarfile.TarFile, dirs: list[tuple[tarfile.TarInfo, Path]]) -> None:
+    """Owners, mtimes and modes of extracted directories, deepest first, as extractall does:
+    set earlier, a read-only directory or its mtime would not survive its members."""
     for member, path in reversed(dirs):
         tar.chown(member, str(path), numeric_owner=True)
         tar.utime(member, str(path))
