@@ -739,3 +739,50 @@ def test_an_instance_built_on_an_image_archive_validates(
     assert manifest.meta["env"]["PATH"].startswith("/opt/sweflow/venv/bin:/usr/local/bin")
     validation = validate_one(builder.prepare_validation(instance, built), tmp_path / "v", 1, 600)
     assert validation.outcome == "valid", validation.reason
+
+
+@pytest.mark.slow
+def test_a_row_with_an_image_runs_on_that_image_unchanged(
+    tmp_path: Path, bookworm_rootfs: Path, wheelhouse: Path
+) -> None:
+    """`--images FOLDER`: a row naming an image gets that image's layers as they are (no build),
+    the eval script enters the environment the image holds, and the gold patch validates."""
+    from sweflow.envcache.builder import VENV_ACTIVATE, BuildOptions, EnvBuilder
+    from sweflow.envcache.specs import load_specs
+    from sweflow.envcache.validate import validate_one
+    from sweflow.instances import load_instances
+    from sweflow.sandbox.layertar import write_layer_tar
+
+    data = Path(__file__).parent / "data" / "envcache"
+    specs = load_specs(data / "specs.yaml")
+    instance = load_instances(data / "instances.jsonl").raise_for_errors()[1]
+    built = EnvBuilder(specs, BuildOptions(store=tmp_path / "built", repo_mirror=data,
+                                           wheelhouse=wheelhouse))  # fmt: skip
+    assert built.build([instance])[0].status == "built"
+    manifest = built.store.read_manifest(instance.instance_id)
+    layers = []
+    for layer in manifest.layers:  # the image a registry would serve for this row
+        with open(tmp_path / "layer.tar", "wb") as out:
+            write_layer_tar(built.store.layer_path(layer.digest), out)
+        layers.append((tmp_path / "layer.tar").read_bytes())
+    settings = {"Env": [f"{k}={v}" for k, v in manifest.meta["env"].items()],
+                "WorkingDir": "/testbed"}  # fmt: skip
+    tag = "swebench/sweb.eval.x86_64.more-itertools:v1"
+    images = tmp_path / "images"
+    images.mkdir()
+    write_docker_save(images / "row.tar", {tag: (config_for(layers, **settings), layers)})
+    del layers
+    row = instance.model_copy(update={"image": tag})
+    store = tmp_path / "from-image"
+    runner = EnvBuilder(specs, BuildOptions(store=store, images=str(images)))  # no repo, no pip
+    (result,) = runner.build([row])
+    assert result.status == "built", result.error
+    on_image = runner.store.read_manifest(row.instance_id)
+    assert [layer.kind for layer in on_image.layers] == ["image"] * 3
+    assert on_image.meta["activate"] == VENV_ACTIVATE and on_image.meta["workdir"] == "/testbed"
+    validation = validate_one(runner.prepare_validation(row, result), tmp_path / "v", 1, 600)
+    assert validation.outcome == "valid", validation.reason
+    missing = row.model_copy(update={"instance_id": "other-1", "image": "nobody/else:1"})
+    (error,) = runner.build([missing])
+    assert error.status == "error" and "no image 'nobody/else:1' in" in error.error
+    assert tag in error.error  # what the folder does hold

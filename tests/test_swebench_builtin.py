@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 from swebench.harness.log_parsers import PARSER_REGISTRY
 
-from sweflow.envcache.builder import VENV, BuildOptions, EnvBuilder
+from sweflow.envcache.builder import (
+    CONDA_ACTIVATE,
+    VENV_ACTIVATE,
+    BuildOptions,
+    EnvBuilder,
+    activation_of,
+)
 from sweflow.envcache.repos import scm_version
 from sweflow.envcache.requirements import (
     RequirementsError,
@@ -24,13 +30,13 @@ from sweflow.envcache.requirements import (
     read_repo_file,
 )
 from sweflow.envcache.specs import BUILTIN_SPECS, default_specs, load_specs
+from sweflow.envcache.store import Layer
 from sweflow.grading.evalscript import make_eval_script, test_directives, test_spec_for
 from sweflow.instances import load_instances
 
 DATA = Path(__file__).parent / "data" / "swebench"
 ROWS = {i.instance_id: i for i in load_instances(DATA / "tasks.jsonl").raise_for_errors()}
-ACTIVATE = f". {VENV}/bin/activate"
-CONDA = "source /opt/miniconda3/bin/activate\nconda activate testbed"
+ACTIVATE = VENV_ACTIVATE
 
 
 def test_the_builtin_table_has_every_lite_row_in_the_harness_vocabulary() -> None:
@@ -55,22 +61,37 @@ def test_a_dataset_without_specs_gets_the_builtin_table(tmp_path: Path) -> None:
     assert default_specs(tmp_path / "tasks.jsonl") == tmp_path / "specs.yaml"
 
 
+@pytest.mark.parametrize("activate", [ACTIVATE, CONDA_ACTIVATE], ids=["venv", "image-conda"])
 @pytest.mark.parametrize("instance_id", ["pytest-dev__pytest-5103", "django__django-11049"])
-def test_the_eval_script_is_the_harness_script(instance_id: str) -> None:
+def test_the_eval_script_is_the_harness_script(instance_id: str, activate: str) -> None:
     """Line for line the official harness's eval.sh, but for the environment's activation (a
-    venv, not conda), `git show -s` and the offline re-install."""
+    venv, or the conda env of an official image), `git show -s` and the offline re-install."""
     row = ROWS[instance_id]
     spec = load_specs(BUILTIN_SPECS).get(row.repo, row.version)
-    ours = test_spec_for(row, make_eval_script(row, spec, ACTIVATE), spec.log_parser).eval_script
+    ours = test_spec_for(row, make_eval_script(row, spec, activate), spec.log_parser).eval_script
     official = (DATA / "harness_eval" / f"{instance_id}.eval.sh").read_text()
+    reinstall = f"{activate}\n{spec.install}"
     expected = (
-        official.replace(CONDA, ACTIVATE)
+        official.replace(CONDA_ACTIVATE, activate)
         .replace("\ngit show\n", "\ngit show -s\n")
-        .replace(
-            f"{ACTIVATE}\n{spec.install}", f"{ACTIVATE}\nexport PIP_NO_INDEX=1\n{spec.install}"
-        )
+        .replace(reinstall, f"{activate}\nexport PIP_NO_INDEX=1\n{spec.install}")
     )
     assert ours == expected
+
+
+def test_an_image_tells_how_to_enter_its_environment(tmp_path: Path) -> None:
+    conda, venv, bare = (tmp_path / n for n in ("conda", "venv", "bare"))
+    (conda / "opt/miniconda3/envs/testbed").mkdir(parents=True)
+    (venv / "opt/sweflow/venv/bin").mkdir(parents=True)
+    (venv / "opt/sweflow/venv/bin/activate").write_text("")
+    bare.mkdir()
+
+    def layer(path: Path) -> Layer:
+        return Layer(digest="0" * 64, kind="image", size_bytes=0, path=path)
+
+    assert activation_of([layer(bare), layer(conda)]) == CONDA_ACTIVATE
+    assert activation_of([layer(venv)]) == ACTIVATE
+    assert activation_of([layer(bare)]) == ""
 
 
 def test_test_directives_skip_data_files_and_follow_django() -> None:

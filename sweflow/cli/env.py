@@ -60,6 +60,22 @@ BaseOverride = typer.Option(
     "docker-archive:TAR[:REF] (docker save), oci:PATH[:REF] (OCI layout) or registry:REF, the "
     "image's layers imported into the store.",
 )
+
+
+def _image_source(value: str | None) -> str | None:
+    if value is not None and not value.startswith("registry:") and not Path(value).is_dir():
+        raise typer.BadParameter(f"{value} is neither a folder of image archives nor registry:HOST")
+    return value
+
+
+ImagesOption = typer.Option(
+    None,
+    "--images",
+    help="Rows with an `image` (SWE-bench 5, SWE-Gym, SWE-smith) run on that image itself, "
+    "its layers imported into the store: a folder of image archives (docker save, OCI layout) "
+    "or registry:HOST[:PORT].",
+    callback=_image_source,
+)
 WheelhouseOption = typer.Option(
     None, "--wheelhouse", help="Install offline from this wheel folder."
 )
@@ -97,6 +113,7 @@ def make_builder(
     wheelhouse: Path | None,
     workers: int,
     progress=None,
+    images: str | None = None,
 ) -> EnvBuilder:
     from sweflow.envcache.builder import BuildOptions, EnvBuilder
     from sweflow.envcache.specs import default_specs, load_specs
@@ -111,6 +128,7 @@ def make_builder(
         repo_path=repo,
         repo_url=repo_url,
         base=base,
+        images=images,
         wheelhouse=wheelhouse,
         max_workers=workers,
     )
@@ -130,6 +148,7 @@ class DatasetArgs:
     instances: list[str] | None = field(metadata={"option": InstancesOption})
     store: Path = field(metadata={"option": StoreOption})
     base: str | None = field(metadata={"option": BaseOverride})
+    images: str | None = field(metadata={"option": ImagesOption})
     wheelhouse: Path | None = field(metadata={"option": WheelhouseOption})
     max_workers: int = field(metadata={"option": WorkersOption})
 
@@ -152,6 +171,7 @@ class DatasetArgs:
             self.base,
             self.wheelhouse,
             self.max_workers,
+            images=self.images,
         )
 
 

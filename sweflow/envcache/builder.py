@@ -31,11 +31,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sweflow.envcache.images import import_base
+from sweflow.envcache.images import find_image, import_base, import_image
 from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_version
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
 from sweflow.envcache.specs import EnvSpec, SpecTable
-from sweflow.envcache.store import LayerStore, flocked
+from sweflow.envcache.store import Layer, LayerStore, flocked
 from sweflow.envcache.validate import Prepared
 from sweflow.errors import SweflowError
 from sweflow.grading.evalscript import make_eval_script
@@ -47,6 +47,10 @@ from sweflow.sandbox.spec import DEFAULT_PATH
 from sweflow.sandbox.tracking import interruptible_map
 
 VENV = "/opt/sweflow/venv"
+VENV_ACTIVATE = f". {VENV}/bin/activate"
+# The SWE-bench harness images' environment (conda at /opt/miniconda3, env "testbed").
+CONDA_ENV = "opt/miniconda3/envs/testbed"
+CONDA_ACTIVATE = "source /opt/miniconda3/bin/activate\nconda activate testbed"
 ENV_RECIPE = 3  # part of every environment layer's key: bump it when _env_layer's script changes
 # What `conda create python=X` gave the harness's environment images (2024: pip 24.0, setuptools
 # 69.5, wheel 0.43), capped there: pip 25.3 dropped the `setup.py develop` fallback that older
@@ -88,6 +92,17 @@ def see_venv_from_base(base_python: str) -> str:
     return f'BASE_SITE=$({base_site}) && mkdir -p "$BASE_SITE" && {venv_site} > {pth}'
 
 
+def activation_of(layers: Sequence[Layer]) -> str:
+    """How an eval script enters an image's environment: the harness's conda env, sweflow's
+    venv, or nothing (the image's PATH as it is), by what its layers hold."""
+    paths = [layer.path for layer in layers if layer.path is not None]
+    if any((path / CONDA_ENV).is_dir() for path in paths):
+        return CONDA_ACTIVATE
+    if any((path / VENV.lstrip("/") / "bin" / "activate").is_file() for path in paths):
+        return VENV_ACTIVATE
+    return ""
+
+
 class BuildError(SweflowError):
     """One layer could not be built; the message names the instance or environment and log."""
 
@@ -102,6 +117,7 @@ class BuildOptions(BaseModel):
     repo_path: Path | None = None
     repo_url: str | None = None
     base: str | None = None
+    images: str | None = None  # rows with an `image`: a folder of image archives, registry:HOST
     wheelhouse: Path | None = None
     network: bool = True
     max_workers: int = 2
@@ -255,9 +271,11 @@ class EnvBuilder:
         """What validating an instance needs: its sandbox and eval script, or its build error."""
         if built.status == "error":
             return Prepared(instance, None, "", build_error=built.error, build_log=built.log_path)
-        spec = self.specs.get(instance.repo, instance.version)
-        script = make_eval_script(instance, spec, activate=f". {VENV}/bin/activate")
         sandbox = self.sandbox_spec(instance.instance_id)
+        if instance.eval_script:  # the row's own (swebench 5 rows carry one): no spec needed
+            return Prepared(instance, sandbox, instance.eval_script)
+        spec = self.specs.get(instance.repo, instance.version)
+        script = make_eval_script(instance, spec, self.activation(instance.instance_id))
         return Prepared(instance, sandbox, script, log_parser=spec.log_parser)
 
     def log_path(self, instance_id: str) -> Path:
@@ -296,6 +314,9 @@ class EnvBuilder:
 
     def _build_layers(self, instance: Instance, log: Path) -> None:
         iid = instance.instance_id
+        if self.options.images and instance.image:
+            self._image_instance(instance, log)
+            return
         spec = self.specs.get(instance.repo, instance.version)
         layers, env, runtime = self._environment(spec, instance)
         instance_layer = self._instance_layer(instance, spec, layers, env, log)
@@ -312,6 +333,36 @@ class EnvBuilder:
                 "spec_digest": spec.env_digest(),
             },
         )
+
+    def _image_instance(self, instance: Instance, log: Path) -> None:
+        """The row's own image (an official SWE-bench, SWE-Gym or SWE-smith image) as its layers,
+        unchanged: the same bits the docker harness runs, nothing built on top."""
+        name = find_image(self.options.images or "", instance.image or "")
+        imported = import_image(self.store, name)
+        with open(log, "a") as f:
+            f.write(
+                f"image {instance.image}: {len(imported.layers)} layers from {name} "
+                f"({imported.extracted} extracted, the others already in the store)\n"
+            )
+        self.store.write_manifest(
+            instance.instance_id,
+            imported.layers,
+            {
+                "workdir": imported.workdir if imported.workdir != "/" else WORKDIR,
+                "env": imported.env,
+                "activate": activation_of(imported.layers),
+                "image": instance.image,
+                "repo": instance.repo,
+                "version": instance.version,
+                "base_commit": instance.base_commit,
+            },
+        )
+
+    def activation(self, instance_id: str) -> str:
+        """The line that activates an instance's environment in an eval script: the venv of a
+        built one, or what its image's layout says (the harness images' conda env)."""
+        manifest = self.store.read_manifest(instance_id)
+        return manifest.meta.get("activate", VENV_ACTIVATE) if manifest else VENV_ACTIVATE
 
     def _environment(self, spec: EnvSpec, instance: Instance):
         runtime = find_runtime(spec.python, self.options.base)
@@ -457,7 +508,11 @@ class EnvBuilder:
     def unbuildable(self, instances: Sequence[Instance]) -> dict[str, BuildResult]:
         """The instances that cannot be built because their repository has no source, as error
         results naming it (the others build); a RepoError when none of them can be built."""
-        needed = [i for i in instances if not self.store.has_instance(i.instance_id)]
+        needed = [
+            i
+            for i in instances
+            if not self.store.has_instance(i.instance_id) and not (self.options.images and i.image)
+        ]
         missing = self.check_sources(needed)
         return {
             i.instance_id: BuildResult(i.instance_id, "error", error=missing[i.repo])

@@ -63,6 +63,7 @@ from sweflow.sandbox.rootfs import (
     _ChunkReader,
     _clear,
     _member_path,
+    set_dir_attrs,
 )
 
 if TYPE_CHECKING:
@@ -775,12 +776,7 @@ def _extract_layer(tar: tarfile.TarFile, dest: Path) -> None:
             _set_xattrs(member, path)
             if member.isdir():
                 dirs.append((member, path))
-    # Directory attributes last, deepest first: a read-only directory or its mtime would not
-    # survive the members written into it afterwards.
-    for member, path in reversed(dirs):
-        tar.chown(member, str(path), numeric_owner=True)
-        tar.utime(member, str(path))
-        tar.chmod(member, str(path))
+    set_dir_attrs(tar, dirs)
 
 
 def _make_parents(dest: Path, path: Path) -> None:
@@ -853,3 +849,53 @@ __all__ = [
     "import_image",
     "split_path_ref",
 ]
+
+
+# -- finding an image by its name -------------------------------------------------------------
+
+_names_cache: dict[tuple[str, int], tuple[str, list[str]]] = {}
+
+
+def find_image(source: str, ref: str) -> str:
+    """The import name (for ``import_image``) of the image ``ref`` in ``source``: a folder of
+    image archives (``docker save`` tars and OCI layouts, as directories or tars: the one whose
+    tags name ``ref``) or ``registry:HOST[:PORT]`` (``ref`` pulled from that registry)."""
+    if source.startswith("registry:"):
+        return f"{source.rstrip('/')}/{ref}"
+    folder = Path(source)
+    if not folder.is_dir():
+        raise ImageImportError(
+            f"images: {source} is neither a folder of archives nor registry:HOST"
+        )
+    seen: list[str] = []
+    for path in sorted(folder.iterdir()):
+        if not (path.is_dir() or path.name.endswith((".tar", ".tar.gz", ".tgz"))):
+            continue
+        kind, names = _archive_names(path)
+        if any(ref in _forms(name) for name in names):
+            return f"{kind}:{path}:{ref}"
+        seen += names
+    raise ImageImportError(
+        f"no image {ref!r} in {folder} ({len(seen)} images there: "
+        + (", ".join(sorted(seen)[:10]) or "none")
+        + ("..." if len(seen) > 10 else "")
+        + ")"
+    )
+
+
+def _archive_names(path: Path) -> tuple[str, list[str]]:
+    """(import kind, image names) of one archive, read once per modification time."""
+    key = (str(path), path.stat().st_mtime_ns)
+    if key not in _names_cache:
+        with _Archive.open(path) as archive:
+            if archive.has("manifest.json"):  # docker save, older or newer
+                entries = archive.read_json("manifest.json")
+                names = [t for e in entries if isinstance(e, dict) for t in e.get("RepoTags") or []]
+                _names_cache[key] = ("docker-archive", names)
+            elif archive.has("index.json"):
+                index = archive.read_json("index.json")
+                entries = _manifests(archive, index, "index.json")
+                _names_cache[key] = ("oci", [n for e in entries for n in _oci_names(e)])
+            else:
+                _names_cache[key] = ("docker-archive", [])
+    return _names_cache[key]

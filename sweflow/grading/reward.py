@@ -175,10 +175,12 @@ class Grader:
                 f"{instance.instance_id}: the row has no eval_script and no environment specs "
                 "were given to make one (pass specs=load_specs('specs.yaml'))"
             )
-        from sweflow.envcache.builder import VENV
+        from sweflow.envcache.builder import VENV_ACTIVATE
 
         spec = self.specs.get(instance.repo, instance.version or "")
-        return make_eval_script(instance, spec, activate=f". {VENV}/bin/activate")
+        manifest = self.store.read_manifest(instance.instance_id)
+        activate = manifest.meta.get("activate", VENV_ACTIVATE) if manifest else VENV_ACTIVATE
+        return make_eval_script(instance, spec, activate=activate)
 
     # -- one call ----------------------------------------------------------------------------
     def _sandbox_spec(self, instance: Instance):
