@@ -168,6 +168,8 @@ def test_the_pipeline_stages_run_on_the_cluster(cluster, demo, tmp_path: Path) -
         envs={"wheelhouse": data.builder.options.wheelhouse},
         executor="ray",
         ray={"address": cluster.address},
+        collect={"teacher": "replay", "rollouts": 2},
+        agent={"tool_mode": "text"},
     )
     lines: list[str] = []
     built = BY_NAME["build_envs"].function()(
@@ -182,7 +184,80 @@ def test_the_pipeline_stages_run_on_the_cluster(cluster, demo, tmp_path: Path) -
         )
     names = {node.name for node in cluster.nodes}
     assert all(any(f"({name})" in line for name in names) for line in lines), lines
-    ids = [i.instance_id for i in instances[:2]]  # collect, infer and rl run here: fetched
+    upstream = {"build_envs": built.to_dict(), "validate_envs": validated.to_dict()}
+    ctx = StageContext(config, upstream, lambda *a: lines.append(a[2]))
+    collected = BY_NAME["collect_trajectories"].function()(ctx)  # the runs are Ray tasks
+    assert (collected.counts["runs"], collected.counts["resolved"]) == (4, 4)
+    assert collected.markdown.startswith("Ran on ray: ") and "| node |" in collected.markdown
+    ids = [i.instance_id for i in instances[:2]]  # rl's trainer runs here: fetched
     assert not any(LayerStore(config.store()).has_instance(i) for i in ids)
     bring_instances(config, ids)
     assert all(LayerStore(config.store()).has_instance(i) for i in ids)
+
+
+def test_agent_runs_on_the_cluster_leave_the_files_of_a_local_run(
+    cluster, demo, tmp_path: Path
+) -> None:
+    """``collect`` (the replay teacher, two runs a task) and ``infer`` (a scripted model on
+    loopback) with ``--ray``: each run, and its grading, a Ray task on a node's own store. The
+    files, figures and predictions are a local run's; a re-run resumes without sending work."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from sweflow.agent.scripted import scripted_endpoint
+    from sweflow.agent.trajectory import Trajectory
+    from sweflow.cli import app
+
+    data, instances = demo
+    rows = [arg for i in instances for arg in ("-i", i.instance_id)]
+
+    def run(command: str, name: str, *extra: str) -> Path:
+        out = tmp_path / command / name
+        args = [command, "-d", str(DEMO), "-s", str(tmp_path / f"{name}-store"), *rows,
+                "--wheelhouse", str(data.builder.options.wheelhouse), "--tool-mode", "text",
+                "-o", str(out), *extra]  # fmt: skip
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output + repr(result.exception)
+        return out
+
+    replay = ("--teacher", "replay", "-k", "2")
+    local, on_ray = (
+        run("collect", "local", *replay),
+        run("collect", "ray", *replay, "--ray", cluster.address),
+    )
+
+    def figures(out: Path) -> dict:
+        summary = json.loads((out / "summary.json").read_text())
+        return {k: v for k, v in summary.items() if k not in ("outputs", "prompt_tokens")}
+
+    assert figures(on_ray) == figures(local)
+    assert figures(local)["runs"] == 8 and figures(local)["resolved"] == 8
+    assert _names(on_ray) == _names(local)
+    for path in sorted((local / "trajectories").rglob("run-*.json")):
+        here, there = Trajectory.load(path), Trajectory.load(on_ray / path.relative_to(local))
+        assert (there.patch, there.resolved, there.run) == (here.patch, here.resolved, here.run)
+    assert not LayerStore(tmp_path / "ray-store").instance_ids(), "the nodes' own stores are used"
+
+    stamps = {p: p.stat().st_mtime_ns for p in (on_ray / "trajectories").rglob("*.json")}
+    again = run("collect", "ray", *replay, "--ray", cluster.address)
+    assert {p: p.stat().st_mtime_ns for p in (again / "trajectories").rglob("*.json")} == stamps
+
+    script = tmp_path / "script.json"  # every run submits at once: an empty patch
+    script.write_text(json.dumps({"scripts": [], "default": [{"content": "```bash\nsubmit\n```"}]}))
+    with scripted_endpoint(script) as (url, _):
+        model = ("--model-url", url, "--model", "scripted")
+        local, on_ray = (
+            run("infer", "local", *model),
+            run("infer", "ray", *model, "--ray", cluster.address),
+        )
+    assert (on_ray / "preds.json").read_bytes() == (local / "preds.json").read_bytes()
+    assert _names(on_ray) == _names(local)
+
+
+def _names(folder: Path) -> list[str]:
+    """The files under ``folder``, a grading's time-stamped folder name as ``<stamp>``."""
+    names = [p.relative_to(folder).parts for p in folder.rglob("*") if p.is_file()]
+    return sorted("/".join(("<stamp>" if n[0] == "grading" and i == 2 else part)
+                           for i, part in enumerate(n)) for n in names)  # fmt: skip
+

@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sweflow.agent.config import ToolMode
 from sweflow.agent.export import write_predictions, write_sft
@@ -16,6 +17,9 @@ from sweflow.agent.runner import Batch
 from sweflow.agent.trajectory import Trajectory
 from sweflow.envcache.specs import SpecTable
 from sweflow.instances import Instance
+
+if TYPE_CHECKING:
+    from sweflow.agent.executor_batch import ExecutorBatch
 
 
 @dataclass
@@ -55,9 +59,9 @@ class JobSummary:
         return path
 
 
-async def collect(rows: list[Instance], batch: Batch) -> JobSummary:
+async def collect(rows: list[Instance], batch: Batch | ExecutorBatch) -> JobSummary:
     """K graded runs per task; the resolved ones become the SFT dataset (every style)."""
-    if batch.grade is None:
+    if not batch.grades:
         raise ValueError("collect needs a batch with a grader")
     trajectories = await batch.run(rows)
     kept = [t for t in trajectories if t.resolved]
@@ -69,7 +73,7 @@ async def collect(rows: list[Instance], batch: Batch) -> JobSummary:
     return summary
 
 
-async def infer(rows: list[Instance], batch: Batch, model_name: str) -> JobSummary:
+async def infer(rows: list[Instance], batch: Batch | ExecutorBatch, model_name: str) -> JobSummary:
     """One run per task; its diff becomes the task's prediction in preds.json."""
     trajectories = await batch.run(rows)
     summary = JobSummary.of(trajectories)

@@ -79,14 +79,26 @@ class Batch:
     on_done: OnDone | None = None
     client_for: Callable[[Instance], ChatModel] | None = None  # one per run (a teacher)
 
-    async def run(self, instances: list[Instance]) -> list[Trajectory]:
-        """Every (instance, rollout) run, in input order; already-done runs come from disk."""
+    def __post_init__(self) -> None:
+        self._bounds()
+
+    def _bounds(self) -> None:
+        """Fresh bounds on open sandboxes and gradings (each ``run`` may be a new event loop)."""
         self._sandboxes = asyncio.Semaphore(self.max_open_sandboxes)
         self._grading = asyncio.Semaphore(self.max_grading)
-        jobs = [(inst, k) for inst in instances for k in range(self.rollouts)]
-        return list(await asyncio.gather(*(self._one(inst, k) for inst, k in jobs)))
 
-    async def _one(self, instance: Instance, run: int) -> Trajectory:
+    async def run(self, instances: list[Instance]) -> list[Trajectory]:
+        """Every (instance, rollout) run, in input order; already-done runs come from disk."""
+        self._bounds()
+        jobs = [(inst, k) for inst in instances for k in range(self.rollouts)]
+        return list(await asyncio.gather(*(self.one(inst, k) for inst, k in jobs)))
+
+    @property
+    def grades(self) -> bool:
+        return self.grade is not None
+
+    async def one(self, instance: Instance, run: int) -> Trajectory:
+        """Run ``run`` of ``instance`` (read from disk when done), graded when the batch grades."""
         path = trajectory_path(self.out_dir, instance.instance_id, run)
         traj = load_done(path)
         resumed = traj is not None

@@ -11,12 +11,27 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import BackendOption, console, option_group, positive
-from sweflow.cli.env import CliError, DatasetArgs, build_with_progress, dataset_options
+from sweflow.cli.common import (
+    BackendOption,
+    RayOption,
+    cli_executor,
+    console,
+    option_group,
+    positive,
+)
+from sweflow.cli.env import (
+    CliError,
+    DatasetArgs,
+    build_with_progress,
+    dataset_options,
+    print_retries,
+)
 
 if TYPE_CHECKING:
     from sweflow.agent import AgentConfig, Batch, ModelConfig, Trajectory
+    from sweflow.agent.executor_batch import ExecutorBatch
     from sweflow.agent.jobs import JobSummary
+    from sweflow.cluster.executor import Executor
     from sweflow.envcache.builder import EnvBuilder
     from sweflow.instances import Instance
 
@@ -38,15 +53,20 @@ ConcurrencyOption = typer.Option(
 )
 
 
-def build_dataset(data: DatasetArgs) -> tuple[EnvBuilder, list[Instance]]:
+def build_dataset(
+    data: DatasetArgs, executor: Executor | None = None
+) -> tuple[EnvBuilder, list[Instance]]:
     """Load the rows and build what is missing; rows whose build failed are reported, left out."""
     rows = data.rows()
     builder = data.builder()
-    results = build_with_progress(builder, rows)
+    results = build_with_progress(builder, rows, executor)
     failed = {r.instance_id: r for r in results if r.status == "error"}
     for r in failed.values():
         console.print(f"[yellow]skipped (build failed):[/] {r.instance_id}: {r.error}")
     return builder, [row for row in rows if row.instance_id not in failed]
+
+
+Job = Callable[["Batch | ExecutorBatch"], Coroutine[Any, Any, "JobSummary"]]
 
 
 def run_job(
@@ -54,11 +74,12 @@ def run_job(
     total: int,
     model: ModelConfig | None,
     batch_options: dict[str, Any],
-    job: Callable[[Batch], Coroutine[Any, Any, JobSummary]],
+    job: Job,
+    executor: Executor | None = None,
 ) -> JobSummary:
-    """Run ``job`` on a Batch of ``batch_options`` with a progress bar, and one client shared by
-    every run when ``model`` is given (a teacher such as replay has one per run instead)."""
-    from sweflow.agent import Batch, ModelClient
+    """Run ``job`` with a progress bar: on a Batch of ``batch_options`` whose runs share one
+    client when ``model`` is given (a teacher such as replay has one per run instead), or, on
+    ``executor``, on an ExecutorBatch whose runs are its work items."""
     from sweflow.sandbox.tracking import run_interruptible
 
     counts = {"resolved": 0, "submitted": 0}
@@ -82,15 +103,37 @@ def run_job(
                 f"(submitted {counts['submitted']}, resolved {counts['resolved']})",
             )
 
-        async def go() -> JobSummary:
-            client = ModelClient(model) if model else None
-            try:
-                return await job(Batch(client=client, on_done=on_done, **batch_options))
-            finally:
-                if client is not None:
-                    await client.close()
+        if executor is not None:
+            return run_interruptible(job(executor_batch(batch_options, model, executor, on_done)))
+        return run_interruptible(_local_batch(job, batch_options, model, on_done))
 
-        return run_interruptible(go())
+
+async def _local_batch(job: Job, options: dict[str, Any], model, on_done) -> JobSummary:
+    from sweflow.agent import Batch, ModelClient
+    from sweflow.agent.runner import grade_with
+
+    client = ModelClient(model) if model else None
+    grader = options.pop("grader", None)
+    grade = grade_with(grader) if grader is not None else None
+    try:
+        return await job(Batch(client=client, on_done=on_done, grade=grade, **options))
+    finally:
+        if client is not None:
+            await client.close()
+
+
+def executor_batch(options: dict[str, Any], model, executor: Executor, on_done) -> ExecutorBatch:
+    """The ExecutorBatch of the Batch options ``prepare`` and the commands set."""
+    from sweflow.agent.executor_batch import ExecutorBatch, RolloutWork
+
+    work = RolloutWork(
+        options["agent"],
+        options["backend"],
+        model,
+        options.get("client_for"),
+        options.get("grader"),
+    )
+    return ExecutorBatch(work, executor, options["out_dir"], options.get("rollouts", 1), on_done)
 
 
 def print_summary(title: str, summary: JobSummary) -> None:
@@ -126,6 +169,7 @@ class AgentRunArgs:
     temperature: float | None = field(metadata={"option": TemperatureOption})
     max_tokens: int | None = field(metadata={"option": MaxTokensOption})
     backend: str = field(metadata={"option": BackendOption})
+    ray: str | None = field(metadata={"option": RayOption})
 
     def agent_config(self) -> AgentConfig:
         """The ``--agent-config`` YAML with the flags over it."""
@@ -159,30 +203,33 @@ class AgentRunArgs:
         return config
 
     def prepare(self, data: DatasetArgs) -> tuple[EnvBuilder, list[Instance], dict[str, Any]]:
-        """Check the agent config, then build the dataset: builder, usable rows, Batch options."""
+        """Check the agent config, then build the dataset (on the cluster with ``--ray``):
+        builder, usable rows, Batch options (and the executor, None without ``--ray``)."""
         from sweflow.envcache.builder import instance_sandbox_spec
 
         agent = self.agent_config()  # fail before any build
-        builder, rows = build_dataset(data)
+        executor = cli_executor(self.ray, data.store) if self.ray else None
+        builder, rows = build_dataset(data, executor)
         options = dict(
             agent=agent,
             out_dir=self.out,
             spec_for=lambda row: instance_sandbox_spec(builder.store, row.instance_id),
             max_open_sandboxes=self.concurrency,
             backend=self.backend,
+            executor=executor,
         )
         return builder, rows, options
 
     def run(
-        self,
-        title: str,
-        total: int,
-        options: dict[str, Any],
-        job: Callable[[Batch], Coroutine[Any, Any, JobSummary]],
-        model: ModelConfig | None,
+        self, title: str, total: int, options: dict[str, Any], job: Job, model: ModelConfig | None
     ) -> None:
         """Run ``job`` (see :func:`run_job`) and print its summary."""
-        print_summary(f"sweflow {title}", run_job(title, total, model, options, job))
+        executor = options.pop("executor")
+        summary = run_job(title, total, model, options, job, executor)
+        print_summary(f"sweflow {title}", summary)
+        if executor is not None:
+            print_retries(executor)
+            console.print(executor.describe(), highlight=False)
 
 
 agent_run_options = option_group(AgentRunArgs)
@@ -211,7 +258,6 @@ def collect_command(
       sweflow collect -d tasks.jsonl -s store --model-url http://127.0.0.1:8000/v1 -m m -o out
     """
     from sweflow.agent.jobs import collect
-    from sweflow.agent.runner import grade_with
     from sweflow.grading import Grader
 
     if teacher not in ("endpoint", "replay"):
@@ -222,7 +268,7 @@ def collect_command(
         rows = _replayable(rows, builder, options)
     log_dir = agent.out / "grading"
     grader = Grader(builder.options.store, builder.specs, backend=agent.backend, log_dir=log_dir)
-    options.update(rollouts=rollouts, max_grading=graders, grade=grade_with(grader))
+    options.update(rollouts=rollouts, max_grading=graders, grader=grader)
     agent.run("collect", len(rows) * rollouts, options, lambda b: collect(rows, b), model)
 
 
@@ -244,8 +290,9 @@ def _replayable(
 def infer_command(data: DatasetArgs, agent: AgentRunArgs) -> None:
     """Batch inference: one run per task; writes preds.json (swebench format) + trajectories.
 
-    Example:
+    Examples:
       sweflow infer -d tasks.jsonl -s store --model-url http://127.0.0.1:8000/v1 -m m -o out
+      sweflow infer -d tasks.jsonl -s store --model-url http://HOST:8000/v1 -m m -o out --ray auto
     """
     from sweflow.agent.jobs import infer
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from sweflow.agent.config import (
     ServedTeacher,
     ToolMode,
 )
+from sweflow.agent.executor_batch import ExecutorBatch, RolloutWork, run_key
 from sweflow.agent.jobs import JobSummary
 from sweflow.agent.replay import replay_clients
 from sweflow.agent.runner import grade_with
@@ -27,14 +29,15 @@ from sweflow.pipeline.stages.common import (
     StageContext,
     StageError,
     StageResult,
-    bring_instances,
     counter_progress,
+    executor_markdown,
     file_digest,
     load_tasks,
+    make_executor,
     split_tasks,
 )
 
-Job = Callable[[Batch], Awaitable[JobSummary]]
+Job = Callable[[Batch | ExecutorBatch], Awaitable[JobSummary]]
 
 
 def split_rows(ctx: StageContext, part: str, limit: int | None) -> list[Instance]:
@@ -54,37 +57,53 @@ def _run_job(
     *,
     model: ModelConfig | None,
     tool_mode: ToolMode,
-    **options,
-) -> JobSummary:
-    """Run ``job`` on a Batch; ``model`` is the endpoint every run shares (None: the options
-    give each run its own client, as the replay teacher does)."""
+    grader: Grader | None = None,
+    rollouts: int = 1,
+    client_for: Callable | None = None,
+) -> tuple[JobSummary, str]:
+    """Run ``job`` on a Batch, or with ``executor: ray`` on an ExecutorBatch whose runs are Ray
+    tasks on the nodes' stores; ``model`` is the endpoint every run shares (None: ``client_for``
+    gives each run its own client, as the replay teacher does). Returns the summary and, on
+    Ray, the Markdown of where the runs went."""
     config = ctx.config
-    store = LayerStore(config.store())
     step = counter_progress(ctx.progress, total)
+    agent = config.agent.agent_config(tool_mode)
 
     def on_done(traj: Trajectory, resumed: bool) -> None:
         status = "resumed" if resumed else traj.exit_status
         step(f"{status}: {traj.instance_id} run {traj.run}")
+
+    if config.executor == "ray":
+        work = RolloutWork(agent, config.sandbox.backend, model, client_for, grader)
+        with contextlib.closing(make_executor(config)) as executor:
+            batch = ExecutorBatch(work, executor, out_dir, rollouts, on_done)
+            summary = asyncio.run(job(batch))
+            keys = [run_key(t.instance_id, t.run) for t in _trajectories(out_dir)]
+            return summary, executor_markdown(executor, keys)
+
+    store = LayerStore(config.store())
 
     async def go() -> JobSummary:
         client = ModelClient(model) if model else None
         try:
             batch = Batch(
                 client=client,
-                agent=config.agent.agent_config(tool_mode),
+                agent=agent,
                 out_dir=out_dir,
                 spec_for=lambda row: instance_sandbox_spec(store, row.instance_id),
                 max_open_sandboxes=min(config.agent.concurrency, config.sandbox.max_open),
                 backend=config.sandbox.backend,
                 on_done=on_done,
-                **options,
+                rollouts=rollouts,
+                client_for=client_for,
+                grade=grade_with(grader) if grader is not None else None,
             )
             return await job(batch)
         finally:
             if client is not None:
                 await client.close()
 
-    return asyncio.run(go())
+    return asyncio.run(go()), ""
 
 
 def _teacher_options(
@@ -120,21 +139,22 @@ def newest_model(upstream: dict[str, dict]) -> Path | None:
     return None
 
 
+def _trajectories(out_dir: Path) -> list[Trajectory]:
+    return [Trajectory.load(p) for p in sorted((out_dir / "trajectories").glob("*/run-*.json"))]
+
+
 def _trajectory_rows(out_dir: Path) -> list[dict]:
-    rows = []
-    for path in sorted((out_dir / "trajectories").glob("*/run-*.json")):
-        traj = Trajectory.load(path)
-        rows.append(
-            {
-                "instance": traj.instance_id,
-                "run": traj.run,
-                "exit_status": traj.exit_status,
-                "resolved": traj.resolved,
-                "steps": len(traj.steps),
-                "tokens": traj.prompt_tokens + traj.completion_tokens,
-            }
-        )
-    return rows
+    return [
+        {
+            "instance": traj.instance_id,
+            "run": traj.run,
+            "exit_status": traj.exit_status,
+            "resolved": traj.resolved,
+            "steps": len(traj.steps),
+            "tokens": traj.prompt_tokens + traj.completion_tokens,
+        }
+        for traj in _trajectories(out_dir)
+    ]
 
 
 def collect_trajectories(ctx: StageContext) -> StageResult:
@@ -142,14 +162,13 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
     config = ctx.config
     specs = load_specs(config.dataset.specs_path())
     rows, teacher = _teacher_options(ctx, split_rows(ctx, "train", config.collect.limit), specs)
-    bring_instances(config, [row.instance_id for row in rows])
     out = config.run_dir / "collect"
     grader = Grader(config.store(), specs, backend=config.sandbox.backend,
                     log_dir=out / "grading")  # fmt: skip
     runs = len(rows) * config.collect.rollouts
-    summary = _run_job(
+    summary, where = _run_job(
         ctx, out, runs, lambda batch: agent_jobs.collect(rows, batch),
-        rollouts=config.collect.rollouts, grade=grade_with(grader), **teacher,
+        rollouts=config.collect.rollouts, grader=grader, **teacher,
     )  # fmt: skip
     sft = Path(summary.outputs["openai"])
     return StageResult(
@@ -159,6 +178,7 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
         {"tasks": summary.tasks, "runs": summary.runs, "resolved": summary.resolved,
          "kept": summary.kept, "tokens": summary.prompt_tokens + summary.completion_tokens},
         _trajectory_rows(out),
+        where,
     )  # fmt: skip
 
 
@@ -166,13 +186,12 @@ def infer(ctx: StageContext) -> StageResult:
     """One agent run per eval task with the run's model; the diffs become preds.json."""
     config = ctx.config
     rows = split_rows(ctx, "eval", config.infer.limit)
-    bring_instances(config, [row.instance_id for row in rows])
     out = config.run_dir / "infer"
     trained = newest_model(ctx.upstream)
     servers = ctx.model_servers()
     model, mode = servers.endpoint(config.model, config.agent, config.run_dir, trained)
     name = config.model.name
-    summary = _run_job(
+    summary, where = _run_job(
         ctx, out, len(rows), lambda batch: agent_jobs.infer(rows, batch, name),
         model=model, tool_mode=mode,
     )  # fmt: skip
@@ -184,5 +203,5 @@ def infer(ctx: StageContext) -> StageResult:
         outputs,
         {"tasks": summary.tasks, "submitted": summary.submitted, "steps": summary.steps},
         _trajectory_rows(out),
-        f"Served model: `{trained or config.model.source}`.",
+        "\n\n".join(filter(None, [f"Served model: `{trained or config.model.source}`.", where])),
     )
