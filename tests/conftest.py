@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,15 @@ def more_itertools_mirror(tmp_path_factory: pytest.TempPathFactory, bookworm_roo
 
 
 # -- docker daemon for the docker backend's tests (tests/test_docker_backend.py) ---------------
+
+
+@pytest.fixture(scope="session")
+def parse_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git repository of the parse 1.20.2 sdist (the demo set's base commit): a synth source."""
+    dest = tmp_path_factory.mktemp("src") / "parse"
+    bundle = Path(__file__).parents[1] / "data" / "demo" / "repos" / "pypi__parse.bundle"
+    subprocess.run(["git", "clone", "-q", "-b", "main", str(bundle), str(dest)], check=True)
+    return dest
 
 
 @pytest.fixture(scope="session")

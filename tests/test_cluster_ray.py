@@ -261,3 +261,30 @@ def _names(folder: Path) -> list[str]:
     return sorted("/".join(("<stamp>" if n[0] == "grading" and i == 2 else part)
                            for i, part in enumerate(n)) for n in names)  # fmt: skip
 
+
+def test_synthesis_tries_candidates_on_the_cluster(
+    cluster, parse_repo: Path, wheelhouse: Path, tmp_path: Path
+) -> None:
+    """``sweflow synth --ray``: candidates and the final check are Ray tasks, each node on its
+    own store (the clean environment brought from a peer or built there); the tasks written
+    are a local run's, byte for byte."""
+    from sweflow.synth.config import SynthConfig
+    from sweflow.synth.synthesize import Synthesizer
+
+    def synthesize(name: str, executor=None) -> Path:
+        config = SynthConfig(
+            sources=[{"source": str(parse_repo), "repo": "pypi/parse", "version": "1.20.2"}],
+            out=tmp_path / name / "tasks.jsonl", seed=5, max_tasks=2,
+            operators=["remove_conditional", "negate_condition", "change_operator"],
+        )  # fmt: skip
+        Synthesizer(config, tmp_path / f"{name}-work", wheelhouse=wheelhouse,
+                    executor=executor).run()  # fmt: skip
+        return config.out
+
+    local = synthesize("local")
+    executor = RayExecutor(cluster.address, tmp_path / "ray-work" / "store")
+    on_ray = synthesize("ray", executor)
+    assert on_ray.read_bytes() == local.read_bytes() and local.read_text().count("\n") == 2
+    assert len({executor.node_of(key) for key in executor.placed}) >= 2, "both nodes worked"
+    assert _names(tmp_path / "ray-work" / "logs") == _names(tmp_path / "local-work" / "logs")
+

@@ -25,14 +25,6 @@ DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 OPERATORS = ["remove_conditional", "negate_condition", "change_operator"]
 
 
-@pytest.fixture(scope="module")
-def parse_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("src") / "parse"
-    bundle = DEMO / "repos" / "pypi__parse.bundle"
-    subprocess.run(["git", "clone", "-q", "-b", "main", str(bundle), str(dest)], check=True)
-    return dest
-
-
 def _config(source: Path, out: Path, **kw) -> SynthConfig:
     return SynthConfig(
         sources=[{"source": str(source), "repo": "pypi/parse", "version": "1.20.2"}],

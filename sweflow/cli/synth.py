@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import console, positive
+from sweflow.cli.common import RayOption, cli_executor, console, positive
 
 OPERATORS_HELP = "Bug operators (repeatable); default: all (an unknown name lists them)."
 
@@ -37,12 +37,13 @@ def synth(
     final_check: bool = typer.Option(
         None, "--final-check/--no-final-check", help="Build and validate the emitted tasks."
     ),
+    ray: str | None = RayOption,
 ) -> None:
     """Synthesize validated tasks (bug + hidden failing tests + fix) from real repositories.
 
     Examples:
       sweflow synth --config configs/synth-demo.yaml
-      sweflow synth --source pypi:toolz==1.0.0 --out data/toolz/tasks.jsonl -n 5
+      sweflow synth --source pypi:toolz==1.0.0 --out data/toolz/tasks.jsonl -n 5 --ray auto
     """
     from sweflow.configfile import validate_model
     from sweflow.synth.config import SynthConfig, SynthConfigError, load_config
@@ -67,6 +68,7 @@ def synth(
         given = {k: v for k, v in overrides.items() if v is not None}
         cfg = validate_model(SynthConfig, given, "synth options", SynthConfigError)
     work_dir = work or cfg.out.parent / ".synth-work"
+    executor = cli_executor(ray, work_dir / "store")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
         bar = progress.add_task("starting", total=None)
@@ -74,7 +76,9 @@ def synth(
         def update(what: str, done: int, total: int) -> None:
             progress.update(bar, description=what, completed=done, total=total)
 
-        synthesizer = Synthesizer(cfg, work_dir, wheelhouse=wheelhouse, progress=update)
+        synthesizer = Synthesizer(
+            cfg, work_dir, wheelhouse=wheelhouse, progress=update, executor=executor
+        )
         instances, reports = synthesizer.run()
     table = Table(title=f"sweflow synth: {len(instances)} tasks -> {cfg.out}")
     table.add_column("operator")

@@ -16,7 +16,11 @@ from typing import Literal
 
 import libcst as cst
 
+from sweflow.cluster.executor import Node
 from sweflow.envcache.specs import EnvSpec
+from sweflow.envcache.work import BuildWork
+from sweflow.errors import SweflowError
+from sweflow.instances import Instance
 from sweflow.sandbox import SandboxSpec, open_sandbox
 from sweflow.synth.operators import OPERATORS, apply_site, find_sites
 from sweflow.synth.tasks import test_file_of
@@ -172,6 +176,39 @@ def run_candidate(
         log = log_dir / f"{candidate.key.replace('/', '__')}.log" if log_dir else None
         run = run_suite(sandbox, spec, timeout=timeout, log_path=log)
     return judge(candidate, run, baseline, code_digest(candidate.file, code), max_fail_fraction)
+
+
+@dataclass
+class CandidateWork:
+    """Try one (candidate, mutated code) on the node it lands on, the picklable work of an
+    executor: the clean environment is found in, brought to or built into that node's store,
+    and the suite's log is written under ``out``."""
+
+    clean: Instance
+    build: BuildWork
+    spec: EnvSpec
+    baseline: Baseline
+    timeout: float
+    max_fail_fraction: float = 1.0
+
+    def __call__(self, item: tuple[Candidate, str], out: Path, node: Node) -> CandidateResult:
+        candidate, code = item
+        builder, built = self.build.ensure(self.clean, node)
+        if built.status == "error":
+            raise SweflowError(
+                f"{self.clean.instance_id}: the clean environment did not build on node "
+                f"{node.name}: {built.error}"
+            )
+        return run_candidate(
+            candidate,
+            code,
+            sandbox_spec=builder.sandbox_spec(self.clean.instance_id),
+            spec=self.spec,
+            baseline=self.baseline,
+            timeout=self.timeout,
+            max_fail_fraction=self.max_fail_fraction,
+            log_dir=out,
+        )
 
 
 def judge(

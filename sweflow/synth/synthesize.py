@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from sweflow.cluster.executor import Executor, LocalExecutor
 from sweflow.envcache.builder import BuildOptions, EnvBuilder
 from sweflow.envcache.specs import EnvSpec, SpecTable
-from sweflow.envcache.validate import validate
+from sweflow.envcache.work import BuildWork, ValidateWork, validate_instances
 from sweflow.errors import SweflowError
 from sweflow.instances import Instance, write_jsonl
 from sweflow.sandbox import open_sandbox
@@ -34,9 +35,9 @@ from sweflow.synth.candidates import (
     Baseline,
     Candidate,
     CandidateResult,
+    CandidateWork,
     Mutator,
     enumerate_candidates,
-    run_candidate,
     screen,
     source_files,
 )
@@ -87,6 +88,7 @@ class Synthesizer:
     wheelhouse: Path | None = None
     network: bool = True
     progress: Progress = lambda _what, _done, _total: None  # noqa: E731
+    executor: Executor | None = None  # where candidates and final checks run (default: here)
 
     def __post_init__(self) -> None:
         self.repos = self.work / "repos"
@@ -97,6 +99,7 @@ class Synthesizer:
             network=self.network,
             max_workers=self.config.max_workers,
         )
+        self.executor = self.executor or LocalExecutor(self.builder_options.store)
 
     # -- whole run -------------------------------------------------------------------------
     def run(self) -> tuple[list[Instance], list[SourceReport]]:
@@ -154,9 +157,9 @@ class Synthesizer:
             candidates = candidates[: self.config.max_candidates]
         max_tasks = source_config.max_tasks or self.config.max_tasks
         timeout = max(MIN_TIMEOUT_S, self.config.timeout_factor * baseline.seconds)
-        results = self._try_all(
-            source.text, repo, candidates, max_tasks, sandbox_spec, spec, baseline, timeout
-        )
+        work = CandidateWork(clean, BuildWork(table, self.builder_options), spec, baseline,
+                             timeout, self.config.max_fail_fraction)  # fmt: skip
+        results = self._try_all(source.text, repo, candidates, max_tasks, work)
         bugs = []
         mutator = Mutator(repo.root)
         for result in results:
@@ -193,19 +196,17 @@ class Synthesizer:
         repo: SourceRepo,
         candidates: list[Candidate],
         max_tasks: int,
-        sandbox_spec,
-        spec: EnvSpec,
-        baseline: Baseline,
-        timeout: float,
+        work: CandidateWork,
     ) -> list[CandidateResult]:
-        """Results in candidate order, stopping once ``max_tasks`` are valid (resumable)."""
+        """Results in candidate order, stopping once ``max_tasks`` are valid (resumable: each
+        result is journaled as it lands)."""
         # A candidate's result depends on the code, the environment and the judging settings,
         # never on the seed or the limits: those only choose which candidates are tried.
         key = _digest(
-            spec.model_dump(),
+            work.spec.model_dump(),
             self.config.max_fail_fraction,
             self.config.timeout_factor,
-            baseline.passing,
+            work.baseline.passing,
         )
         journal = self.work / "candidates" / f"{repo.source.slug}-{repo.source.version}-{key}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
@@ -216,12 +217,20 @@ class Synthesizer:
         valid = 0
         batch_size = self.config.max_workers * 4
         log_dir = self.work / "logs" / repo.source.slug
-        with ThreadPoolExecutor(self.config.max_workers) as pool, open(journal, "a") as out:
+        lock = threading.Lock()
+        with open(journal, "a") as out:
+
+            def record(result: CandidateResult) -> None:
+                with lock:
+                    done[result.key] = result
+                    out.write(json.dumps(result.to_json()) + "\n")
+                    out.flush()
+
             index = 0
             while index < len(candidates) and valid < max_tasks:
                 batch = candidates[index : index + batch_size]
                 index += len(batch)
-                pending = {}
+                pending: dict[str, tuple[Candidate, str]] = {}
                 for candidate in batch:
                     if candidate.key in done:
                         seen.add(done[candidate.key].code_digest)
@@ -229,24 +238,17 @@ class Synthesizer:
                     code = mutator.code(candidate)
                     early = screen(candidate, code, mutator.original(candidate.file), seen)
                     if early is None:
-                        pending[candidate.key] = pool.submit(
-                            run_candidate,
-                            candidate,
-                            code,
-                            sandbox_spec=sandbox_spec,
-                            spec=spec,
-                            baseline=baseline,
-                            timeout=timeout,
-                            max_fail_fraction=self.config.max_fail_fraction,
-                            log_dir=log_dir,
-                        )
+                        pending[candidate.key] = (candidate, code)
                     else:
-                        done[candidate.key] = early
-                        out.write(json.dumps(early.to_json()) + "\n")
-                for key, future in pending.items():
-                    done[key] = future.result()
-                    out.write(json.dumps(done[key].to_json()) + "\n")
-                out.flush()
+                        record(early)
+                self.executor.map(  # type: ignore[union-attr]
+                    work,
+                    list(pending.values()),
+                    [log_dir] * len(pending),
+                    keys=list(pending),
+                    max_workers=self.config.max_workers,
+                    on_done=record,
+                )
                 for candidate in batch:
                     results.append(done[candidate.key])
                     valid += done[candidate.key].outcome == "valid"
@@ -259,16 +261,10 @@ class Synthesizer:
         self, label: str, table: SpecTable, tasks: list[Instance], report: SourceReport
     ) -> list[Instance]:
         """Build every task and validate it as ``sweflow env validate`` would; keep the valid."""
-        self.progress(f"{label}: final check (build)", 0, len(tasks))
-        builder = EnvBuilder(table, self.builder_options)
-        built = builder.build(tasks)
-        prepared = [builder.prepare_validation(t, b) for t, b in zip(tasks, built, strict=True)]
-        outcomes = validate(
-            prepared,
-            self.work / "logs" / "final-check",
-            max_workers=self.config.max_workers,
-            timeout=MIN_TIMEOUT_S * 10,
-        )
+        self.progress(f"{label}: final check (build and validate)", 0, len(tasks))
+        check = ValidateWork(BuildWork(table, self.builder_options), timeout=MIN_TIMEOUT_S * 10)
+        log_root = self.work / "logs" / "final-check"
+        outcomes = validate_instances(self.executor, check, tasks, log_root)  # type: ignore[arg-type]
         valid = {v.instance_id for v in outcomes if v.outcome == "valid"}
         report.rejected_by_final_check = [
             f"{v.instance_id}: {v.outcome} ({v.reason})" for v in outcomes if v.outcome != "valid"
