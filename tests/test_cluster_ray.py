@@ -288,3 +288,82 @@ def test_synthesis_tries_candidates_on_the_cluster(
     assert len({executor.node_of(key) for key in executor.placed}) >= 2, "both nodes worked"
     assert _names(tmp_path / "ray-work" / "logs") == _names(tmp_path / "local-work" / "logs")
 
+
+def _built_on_nodes(cluster, demo, tmp_path: Path) -> RayExecutor:
+    """A Ray executor whose nodes hold the demo slice (built there, or found)."""
+    from sweflow.envcache.work import build_instances
+
+    data, instances = demo
+    executor = RayExecutor(cluster.address, tmp_path / "store")
+    built = build_instances(executor, BuildWork(data.specs, _options(data, tmp_path)), instances)
+    assert {r.status for r in built} <= {"built", "cached"}
+    return executor
+
+
+def test_a_sandbox_on_a_node_keeps_the_sandbox_protocol(cluster, demo, tmp_path: Path) -> None:
+    """RemoteSandbox: an actor on a node with a free slot holds the sandbox, opened on that
+    node's store; exec, files, diff, errors and close behave as the local backend's."""
+    from sweflow.cluster.remote_sandbox import RemoteSandbox
+    from sweflow.sandbox import SandboxFileError, SandboxStartError
+
+    executor = _built_on_nodes(cluster, demo, tmp_path)
+    instance = demo[1][0]
+    with RemoteSandbox(executor, instance.instance_id, "local") as sandbox:
+        assert sandbox.spec.workdir == "/testbed"
+        assert sandbox.exec("cd /tmp && export X=1").ok
+        assert sandbox.exec("pwd; echo $X").output.split() == ["/tmp", "1"]
+        assert sandbox.exec("sleep 30", timeout=1).timed_out
+        sandbox.write("/testbed/NEW.txt", "made on a node\n")
+        assert sandbox.read("/testbed/NEW.txt") == b"made on a node\n"
+        assert "+made on a node" in sandbox.diff()
+        with pytest.raises(SandboxFileError):
+            sandbox.read("/testbed/no/such/file")
+        actor = sandbox.actor
+    with pytest.raises(ray.exceptions.RayActorError):  # closed: the actor is gone
+        ray.get(actor.spec.remote())
+    with pytest.raises(SandboxStartError, match="nobody__built-this: the sandbox did not open"):
+        RemoteSandbox(executor, "nobody__built-this", "local")
+
+
+def test_rl_episodes_run_their_sandboxes_and_gradings_on_the_nodes(
+    cluster, demo, tiny_smollm2: Path, tmp_path: Path
+) -> None:
+    """TRL's episodes on a cluster: the policy (here a script of replies, tokenized as the
+    policy's own) generates in this process, each episode's sandbox and grading run on a node.
+    The gold patch resolves (reward 1), a bad one does not (reward 0)."""
+    import asyncio
+
+    from sweflow.agent.config import AgentConfig
+    from sweflow.grading import Grader
+    from sweflow.training.chat import ChatEncoder
+    from sweflow.training.episode import run_episode
+    from sweflow.training.rl import cluster_env
+    from sweflow.training.rl_config import RLConfig
+
+    data, instances = demo
+    executor = _built_on_nodes(cluster, demo, tmp_path)
+    env = cluster_env(executor, Grader(tmp_path / "store", data.specs),
+                      AgentConfig(tool_mode="text", max_steps=3), "local")  # fmt: skip
+    encoder = ChatEncoder(tiny_smollm2)
+    eos = encoder.tokenizer.eos_token_id
+
+    def policy(*replies: str):
+        turns = iter(replies)
+
+        async def generate(ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
+            tokens = encoder.tokenizer.encode(next(turns), add_special_tokens=False) + [eos]
+            return tokens, [0.0] * len(tokens)
+
+        return generate
+
+    def episode(instance, patch: str):
+        apply = f"THOUGHT: fix it.\n\n```bash\ngit apply <<'EOF'\n{patch}EOF\n```"
+        script = policy(apply, "THOUGHT: done.\n\n```bash\nsubmit\n```")
+        rl = RLConfig(max_tokens_per_turn=4096, max_response_length=16384)
+        return asyncio.run(run_episode(instance, env, encoder, script, rl))
+
+    gold = episode(instances[0], instances[0].patch)
+    assert not gold.infra_failure and gold.exit_status == "submitted"
+    assert gold.resolved and gold.reward == 1.0
+    wrong = episode(instances[1], instances[0].patch)  # another task's patch: does not apply
+    assert not wrong.infra_failure and not wrong.resolved and wrong.reward == 0.0

@@ -13,6 +13,9 @@ cluster of this machine (``sweflow ray start`` nodes), in one run.
   share this machine's 2 cores, so the second adds slots, not compute.
 - ``transfer_mb_per_s`` and ``moved_mb_per_instance``: the layers the second node fetched from
   the head during the warm-up (tar through Ray's object store, digests checked on arrival).
+- ``episode_sandbox``: what an RL episode whose sandbox lives on a node (RemoteSandbox, an actor
+  per sandbox) pays beside a sandbox of this process: open+close p50 of each, and the p50 of
+  one ``exec`` step (``true``) of each and their difference; the two interleaved.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ from pathlib import Path
 from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
 from sweflow.cluster.executor import Executor, LocalExecutor, Node
 from sweflow.cluster.local_cluster import LocalCluster
+from sweflow.envcache.builder import instance_sandbox_spec
+from sweflow.envcache.store import LayerStore
 from sweflow.grading.dataset import GradingData
 from sweflow.grading.evaluate import evaluate
 from sweflow.grading.predictions import gold_predictions
 from sweflow.grading.reward import Grader
+from sweflow.sandbox import Sandbox, open_sandbox
 
 Progress = Callable[[str], None]
 SLOTS = 2
@@ -55,6 +61,43 @@ def _noop_all(executor: Executor, n: int, root: Path) -> float:
     executor.map(_noop, list(range(n)), [root] * n, keys=[str(i) for i in range(n)],
                  max_workers=SLOTS)  # fmt: skip
     return time.monotonic() - start
+
+
+def _sandbox_cycle(open_one: Callable[[], Sandbox], steps: int) -> tuple[float, float]:
+    """(open+close seconds, p50 seconds of one ``exec`` step) of one sandbox."""
+    start = time.perf_counter()
+    sandbox = open_one()
+    opened = time.perf_counter() - start
+    execs = []
+    for _ in range(steps):
+        began = time.perf_counter()
+        sandbox.exec("true")
+        execs.append(time.perf_counter() - began)
+    began = time.perf_counter()
+    sandbox.close()
+    return opened + time.perf_counter() - began, statistics.median(execs)
+
+
+def _episode_sandboxes(executor, store: Path, instance_id: str, cycles: int) -> dict:
+    from sweflow.cluster.remote_sandbox import RemoteSandbox
+
+    spec = instance_sandbox_spec(LayerStore(store), instance_id)
+    local, remote = [], []
+    for _ in range(cycles):
+        local.append(_sandbox_cycle(lambda: open_sandbox(spec), 20))
+        remote.append(_sandbox_cycle(lambda: RemoteSandbox(executor, instance_id, "local"), 20))
+
+    def p50_ms(runs: list[tuple[float, float]], index: int) -> float:
+        return statistics.median(run[index] for run in runs) * 1000
+
+    return {
+        "cycles": cycles,
+        "local_cycle_p50_ms": round(p50_ms(local, 0), 1),
+        "ray_cycle_p50_ms": round(p50_ms(remote, 0), 1),
+        "local_exec_p50_ms": round(p50_ms(local, 1), 2),
+        "ray_exec_p50_ms": round(p50_ms(remote, 1), 2),
+        "exec_overhead_p50_ms": round(p50_ms(remote, 1) - p50_ms(local, 1), 2),
+    }
 
 
 def run(quick: bool = False, progress: Progress = print) -> dict:
@@ -85,6 +128,8 @@ def run(quick: bool = False, progress: Progress = print) -> dict:
                 noop_local.append(_noop_all(local_executor, 50, root / "noop"))
                 noop_ray.append(_noop_all(ray_executor, 50, root / "noop"))
             one_node = statistics.median(ray_s)
+            progress("sandboxes on the node (RL episodes) beside sandboxes of this process")
+            episode = _episode_sandboxes(ray_executor, store, instances[0].instance_id, reps * 2)
             progress("a second node joins with an empty store")
             cluster.add_node("second", slots=SLOTS)
             two = RayExecutor(cluster.address, store)
@@ -119,5 +164,6 @@ def run(quick: bool = False, progress: Progress = print) -> dict:
         "instances_fetched": len(moved),
         "transfer_mb_per_s": round(moved_bytes / 2**20 / moved_seconds, 1) if moved else None,
         "moved_mb_per_instance": round(moved_bytes / 2**20 / len(moved), 2) if moved else None,
+        "episode_sandbox": episode,
         "note": "both nodes share this machine's 2 cores: a second node adds slots, not compute",
     }

@@ -50,7 +50,8 @@ def _node_name() -> str:
     return os.environ.get(NODE_NAME_ENV) or ray.get_runtime_context().get_node_id()[:8]
 
 
-def _node_store(default: Path) -> Path:
+def node_store(default: Path) -> Path:
+    """The store of the node this runs on (``sweflow ray start --store``), else ``default``."""
     return Path(os.environ.get(NODE_STORE_ENV) or default)
 
 
@@ -58,7 +59,7 @@ class StoreServer:
     """One per node: that node's manifests and layers, for the other nodes."""
 
     def __init__(self, default_store: str) -> None:
-        self.store = LayerStore(_node_store(Path(default_store)))
+        self.store = LayerStore(node_store(Path(default_store)))
 
     def describe(self) -> tuple[str, str]:
         return _node_name(), str(self.store.root)
@@ -139,7 +140,7 @@ def _run_item(work, item, out: str, key: str, default_store: str, peers, ledger)
     ray.get(ledger.start.remote(key, _node_name(), own_id))
     scratch = Path(tempfile.mkdtemp(prefix="sweflow-work-"))
     try:
-        node = Node(_node_name(), _node_store(Path(default_store)),
+        node = Node(_node_name(), node_store(Path(default_store)),
                     fetcher(peers, own_id, ledger, key))  # fmt: skip
         result = work(item, scratch, node)
         files = {

@@ -37,7 +37,7 @@ from sweflow.agent.loop import run_agent
 from sweflow.agent.trajectory import INFRA_FAILURES, Trajectory
 from sweflow.errors import SweflowError, is_infrastructure
 from sweflow.instances import Instance
-from sweflow.sandbox import SandboxSpec, open_sandbox
+from sweflow.sandbox import Sandbox, SandboxSpec, open_sandbox
 from sweflow.training.chat import ChatEncoder, DriftError
 from sweflow.training.rl_config import RLConfig
 
@@ -163,10 +163,18 @@ class Episode:
 class EpisodeEnv:
     """Where episodes run and how they are judged."""
 
-    spec_for: Callable[[Instance], SandboxSpec]
+    spec_for: Callable[[Instance], SandboxSpec] | None  # None with ``opener``
     grade: Callable[[Instance, str], Awaitable[Any]]  # async: a RewardResult
     agent: AgentConfig
     backend: str = "local"
+    opener: Callable[[Instance], Sandbox] | None = None  # e.g. a sandbox on a cluster node
+
+    def open(self, instance: Instance) -> Sandbox:
+        """The sandbox of one episode of ``instance``."""
+        if self.opener is not None:
+            return self.opener(instance)
+        assert self.spec_for is not None, "an EpisodeEnv needs spec_for or opener"
+        return open_sandbox(self.spec_for(instance), self.backend)
 
 
 async def run_episode(
@@ -193,7 +201,7 @@ async def _attempt(instance, env, encoder, generate, rl, name) -> Episode:
     episode = Episode(instance.instance_id)
     agent = env.agent.model_copy(update={"max_observation_chars": rl.max_observation_chars})
     try:
-        sandbox = await asyncio.to_thread(open_sandbox, env.spec_for(instance), env.backend)
+        sandbox = await asyncio.to_thread(env.open, instance)
     except SweflowError as exc:
         episode.infra_failure = f"sandbox: {exc}"
         return _finish(episode, stream, began)

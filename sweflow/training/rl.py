@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweflow.agent.config import AgentConfig
 from sweflow.envcache.builder import instance_sandbox_spec
@@ -40,6 +40,9 @@ from sweflow.training.rl_trl import (
     trl_tensorboard,
 )
 from sweflow.training.sft import folder_digest, work_lock
+
+if TYPE_CHECKING:
+    from sweflow.cluster.executor import Executor
 
 StepProgress = Callable[[int, int, StepRecord], None]
 ATTEMPT = ".sweflow-attempt.json"
@@ -114,9 +117,12 @@ def train(
     backend: str = "local",
     policy_name: str | None = None,
     progress: StepProgress | None = None,
+    executor: Executor | None = None,
 ) -> RLResult:
     """RL with ``rl.backend``, episodes in sandboxes of ``store`` (built instances) on the
-    sandbox ``backend``, graded with ``specs``: the CLI's and the pipeline's entry point."""
+    sandbox ``backend``, graded with ``specs``: the CLI's and the pipeline's entry point. On a
+    Ray ``executor`` the trl backend's episodes open their sandboxes, and are graded, on the
+    cluster's nodes (the policy generates here)."""
     if rl.backend == "verl":
         from sweflow.training.rl_verl import train_rl_verl
 
@@ -125,15 +131,32 @@ def train(
         return RLResult(model=record["model"], base_model=record["base_model"], backend="verl",
                         inputs_digest="", tasks=len(tasks), steps=rl.steps,
                         tensorboard=record["tensorboard"])  # fmt: skip
-    layers = LayerStore(store)
-    env = EpisodeEnv(
-        spec_for=lambda row: instance_sandbox_spec(layers, row.instance_id),
-        grade=Grader(store, load_specs(specs), backend=backend).areward,
-        agent=agent,
-        backend=backend,
-    )
+    grader = Grader(store, load_specs(specs), backend=backend)
+    if executor is not None and executor.name == "ray":
+        env = cluster_env(executor, grader, agent, backend)
+    else:
+        layers = LayerStore(store)
+        env = EpisodeEnv(
+            spec_for=lambda row: instance_sandbox_spec(layers, row.instance_id),
+            grade=grader.areward,
+            agent=agent,
+            backend=backend,
+        )
     return train_rl(tasks, policy, work, out, rl, env, policy_name=policy_name,
                     progress=progress)  # fmt: skip
+
+
+def cluster_env(executor: Executor, grader: Grader, agent: AgentConfig, backend: str) -> EpisodeEnv:
+    """Episodes whose sandboxes and gradings run on the nodes of a Ray executor."""
+    from sweflow.cluster.remote_sandbox import RemoteSandbox, grade_remotely
+
+    return EpisodeEnv(
+        spec_for=None,
+        grade=lambda row, patch: grade_remotely(executor, grader, row, patch),  # type: ignore[arg-type]
+        agent=agent,
+        backend=backend,
+        opener=lambda row: RemoteSandbox(executor, row.instance_id, backend),  # type: ignore[arg-type]
+    )
 
 
 def _train(tasks, policy, work, out, rl, env, inputs, policy_name, progress) -> RLResult:

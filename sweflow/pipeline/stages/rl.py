@@ -3,6 +3,7 @@ and is updated on its own sandboxed, graded rollouts (sweflow.training.rl)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from sweflow.pipeline.stages.common import (
     StageError,
     StageResult,
     bring_instances,
+    make_executor,
 )
 from sweflow.serving import resolve_model
 from sweflow.training.rl import RLResult, train
@@ -71,10 +73,14 @@ def rl(ctx: StageContext) -> StageResult:
                      f"{record.resolve_rate:.0%}, valid actions {record.valid_action_rate:.0%}, "
                      f"{record.infra_failures} infra failures")  # fmt: skip
 
-    result = train(rows, policy, work, work / "model", settings, store=config.store(),
-                   specs=config.dataset.specs_path(), agent=config.agent.agent_config(mode),
-                   backend=config.sandbox.backend, policy_name=reference,
-                   progress=on_step)  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        executor = None  # trl on the run's cluster: sandboxes and gradings on its nodes
+        if config.executor == "ray" and settings.backend == "trl":
+            executor = stack.enter_context(contextlib.closing(make_executor(config)))
+        result = train(rows, policy, work, work / "model", settings, store=config.store(),
+                       specs=config.dataset.specs_path(), agent=config.agent.agent_config(mode),
+                       backend=config.sandbox.backend, policy_name=reference,
+                       progress=on_step, executor=executor)  # fmt: skip
     outputs = {"model": result.model, "metrics": str(work / "metrics.jsonl"),
                "tensorboard": result.tensorboard, "curves": result.curves or ""}  # fmt: skip
     counts = {"tasks": result.tasks, "steps": result.steps,
