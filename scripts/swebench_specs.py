@@ -17,6 +17,10 @@ What changes on the way (the harness builds conda environments; sweflow builds v
   locales) stay in ``pre_install``, run as root in the base.
 - Django's test directives become module paths (``test_directives: django``), as the harness did.
 - Keys for docker only (``nano_cpus``, ``execute_test_as_nonroot``, ``no_use_env``) are dropped.
+- Every spec resolves its unpinned packages as of ``HARNESS_ERA`` (``pypi_cutoff``), not today:
+  the day after the newest release any pin of the tables names (tox 4.16.0, uploaded to PyPI
+  2024-07-03), so every pin exists and nothing newer than what the tables were written
+  against does (docutils 0.22, July 2025, breaks sphinx 3.x-4.x rows).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ OUT = Path(__file__).resolve().parent.parent / "sweflow" / "data" / "swebench_sp
 COPIED = ("python", "packages", "pip_packages", "install", "test_cmd", "eval_commands")
 DROPPED = {"nano_cpus", "execute_test_as_nonroot", "no_use_env", "pre_install"}
 # A pre_install command that touches the repository checkout rather than the system.
+HARNESS_ERA = "2024-07-04"
 REPO_COMMAND = re.compile(r"\b(setup\.py|setup\.cfg|pyproject\.toml|tox\.ini)\b|/testbed|QHULL")
 
 
@@ -67,6 +72,7 @@ def translate(repo: str, spec: dict, tables: dict, parsers: dict[str, str]) -> d
         out["test_directives"] = "django"
     if repo in parsers:
         out["log_parser"] = parsers[repo]
+    out["pypi_cutoff"] = HARNESS_ERA
     return out
 
 

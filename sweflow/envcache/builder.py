@@ -26,11 +26,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from sweflow.envcache import pypi_cutoff
 from sweflow.envcache.images import find_image, import_base, import_image
 from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_version
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
@@ -192,7 +194,6 @@ PIP_PASSTHROUGH = (
     "https_proxy",
     "no_proxy",
 )
-CA_VARIABLES = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 SANDBOX_CA = "/etc/sweflow/host-ca.pem"
 
 
@@ -203,7 +204,7 @@ def host_pip_settings() -> tuple[list[Bind], dict[str, str]]:
     the host's bundle is bound read-only into the sandbox and pip is pointed at it.
     """
     env = {k: os.environ[k] for k in PIP_PASSTHROUGH if os.environ.get(k)}
-    ca = next((os.environ[v] for v in CA_VARIABLES if os.path.isfile(os.environ.get(v, ""))), None)
+    ca = pypi_cutoff.host_ca_file()
     if ca is None:
         return [], env
     env.update(PIP_CERT=SANDBOX_CA, REQUESTS_CA_BUNDLE=SANDBOX_CA, SSL_CERT_FILE=SANDBOX_CA)
@@ -466,7 +467,7 @@ class EnvBuilder:
                 + " ".join(shlex.quote(p) for p in [*packages, *spec.pip_packages])
             )
         with self.store.fresh_upper() as upper:
-            with self._sandbox(layers, upper, env) as sandbox:
+            with self._sandbox(layers, upper, env, spec.pypi_cutoff) as sandbox:
                 if requirements is not None:
                     sandbox.write("/tmp/sweflow-requirements.txt", requirements)
                 self._run(sandbox, "\n".join(script), log, "environment")
@@ -479,7 +480,7 @@ class EnvBuilder:
             if spec.install or spec.setup_repo:
                 version = scm_version(git_dir, instance.base_commit)
                 scm = {"SETUPTOOLS_SCM_PRETEND_VERSION": version} if version else {}
-                with self._sandbox(layers, upper, {**env, **scm}) as sandbox:
+                with self._sandbox(layers, upper, {**env, **scm}, spec.pypi_cutoff) as sandbox:
                     steps = [*spec.setup_repo, spec.install, COMMIT_SETUP_EDITS]
                     install = "set -euxo pipefail\n" + f"cd {WORKDIR}\n" + "\n".join(steps)
                     self._run(sandbox, f"{install}\n{EXCLUDE_INSTALL_FILES}", log, "install")
@@ -529,7 +530,9 @@ class EnvBuilder:
         commits = [c for c in (instance.base_commit, instance.environment_setup_commit) if c]
         return self._repo_source().resolve(instance.repo, commits=commits)
 
-    def _sandbox(self, layers, upper: Path, env: dict[str, str]):
+    def _sandbox(self, layers, upper: Path, env: dict[str, str], cutoff: date | None = None):
+        """A build sandbox: offline on the wheelhouse, or networked with the host's pip settings
+        (pip resolving as of ``cutoff`` through a loopback index when the spec sets one)."""
         o = self.options
         binds, extra_env = [], {}
         if o.wheelhouse is not None:
@@ -537,6 +540,9 @@ class EnvBuilder:
             extra_env = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": WHEELHOUSE}
         elif o.network:
             binds, extra_env = host_pip_settings()
+            if cutoff is not None:
+                extra_env.pop("PIP_EXTRA_INDEX_URL", None)  # it would offer newer files
+                extra_env.update(pypi_cutoff.pip_env(cutoff))
         spec = SandboxSpec(
             layers=[layer.path for layer in layers],
             workdir="/",

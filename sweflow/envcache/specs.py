@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -75,6 +76,11 @@ class EnvSpec(BaseModel):
         [], description="shell commands run in the repository before `install` (e.g. a sed fix)"
     )
     log_parser: str = Field("", description="swebench parser name, e.g. parse_log_sympy")
+    pypi_cutoff: date | None = Field(
+        None,
+        description="builds resolve unpinned packages as of this date (YYYY-MM-DD): files "
+        "uploaded to PyPI later are hidden from the build's pip",
+    )
     test_directives: Literal["files", "django"] = Field(
         "files", description="test files as given, or as Django's runtests module paths"
     )
@@ -103,6 +109,8 @@ class EnvSpec(BaseModel):
         the environment_setup_commit) to the layer's key.
         """
         payload = {"schema": _DIGEST_SCHEMA, **self.model_dump(include=set(ENV_LAYER_FIELDS))}
+        if self.pypi_cutoff is not None:  # only when set: the digests of other specs stay
+            payload["pypi_cutoff"] = self.pypi_cutoff.isoformat()
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
 
