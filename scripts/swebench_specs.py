@@ -36,8 +36,8 @@ import yaml
 OUT = Path(__file__).resolve().parent.parent / "sweflow" / "data" / "swebench_specs.yaml"
 COPIED = ("python", "packages", "pip_packages", "install", "test_cmd", "eval_commands")
 DROPPED = {"nano_cpus", "execute_test_as_nonroot", "no_use_env", "pre_install"}
+HARNESS_ERA = "2024-07-04"  # every spec's pypi_cutoff (see the module docstring)
 # A pre_install command that touches the repository checkout rather than the system.
-HARNESS_ERA = "2024-07-04"
 REPO_COMMAND = re.compile(r"\b(setup\.py|setup\.cfg|pyproject\.toml|tox\.ini)\b|/testbed|QHULL")
 
 

@@ -17,8 +17,15 @@ from pathlib import Path
 
 from sweflow.agent.client import ChatModel, ModelClient
 from sweflow.agent.config import AgentConfig, ModelConfig
-from sweflow.agent.runner import Batch, OnDone, grade_with, load_done, trajectory_path
-from sweflow.agent.trajectory import INFRA_FAILURES, Trajectory
+from sweflow.agent.runner import (
+    Batch,
+    OnDone,
+    grade_with,
+    load_done,
+    needs_grading,
+    trajectory_path,
+)
+from sweflow.agent.trajectory import Trajectory
 from sweflow.cluster.executor import Executor, Node
 from sweflow.envcache.builder import instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
@@ -98,7 +105,7 @@ class ExecutorBatch:
         todo: list[tuple[int, Run]] = []
         for index, (instance, run) in enumerate(runs):
             saved = load_done(trajectory_path(self.out_dir, instance.instance_id, run))
-            if saved is not None and not (self.grades and _ungraded(saved)):
+            if saved is not None and not (self.grades and needs_grading(saved)):
                 results[index] = saved
                 if self.on_done:
                     self.on_done(saved, True)
@@ -120,7 +127,3 @@ class ExecutorBatch:
 def run_key(instance_id: str, run: int) -> str:
     """How a run is named in executor messages and the stage's node table."""
     return f"{instance_id} run {run}"
-
-
-def _ungraded(traj: Trajectory) -> bool:
-    return traj.reward is None and traj.exit_status not in INFRA_FAILURES

@@ -42,6 +42,11 @@ def load_done(path: Path) -> Trajectory | None:
     return None if traj.exit_status in INFRA_FAILURES or not traj.exit_status else traj
 
 
+def needs_grading(traj: Trajectory) -> bool:
+    """A run that ended (not on an infrastructure failure) without its reward."""
+    return traj.reward is None and traj.exit_status not in INFRA_FAILURES
+
+
 def reward_dict(result: Any) -> dict[str, Any]:
     """A grader's result (dataclass, pydantic model or dict) as a JSON-ready dict."""
     if dataclasses.is_dataclass(result) and not isinstance(result, type):
@@ -105,8 +110,7 @@ class Batch:
         if traj is None:
             traj = await self._rollout(instance, run)
             await asyncio.to_thread(traj.save, path)
-        ungraded = traj.reward is None and traj.exit_status not in INFRA_FAILURES
-        if self.grade is not None and ungraded:
+        if self.grade is not None and needs_grading(traj):
             async with self._grading:
                 try:
                     traj.reward = await self.grade(instance, traj.patch)

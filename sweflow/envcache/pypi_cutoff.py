@@ -84,10 +84,6 @@ class CutoffIndex:
     def url(self, cutoff: date) -> str:
         return f"http://127.0.0.1:{self.server.server_port}/{cutoff.isoformat()}/simple/"
 
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
     def page(self, project: str) -> dict | None:
         """The upstream JSON page of ``project`` (None: upstream has no such project), fetched
         once per process."""

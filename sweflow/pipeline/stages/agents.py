@@ -69,16 +69,18 @@ def _run_job(
     step = counter_progress(ctx.progress, total)
     agent = config.agent.agent_config(tool_mode)
 
+    keys: list[str] = []  # every run, resumed or done now, for the node table
+
     def on_done(traj: Trajectory, resumed: bool) -> None:
         status = "resumed" if resumed else traj.exit_status
         step(f"{status}: {traj.instance_id} run {traj.run}")
+        keys.append(run_key(traj.instance_id, traj.run))
 
     if config.executor == "ray":
         work = RolloutWork(agent, config.sandbox.backend, model, client_for, grader)
         with contextlib.closing(make_executor(config)) as executor:
             batch = ExecutorBatch(work, executor, out_dir, rollouts, on_done)
             summary = asyncio.run(job(batch))
-            keys = [run_key(t.instance_id, t.run) for t in _trajectories(out_dir)]
             return summary, executor_markdown(executor, keys)
 
     store = LayerStore(config.store())
@@ -139,10 +141,6 @@ def newest_model(upstream: dict[str, dict]) -> Path | None:
     return None
 
 
-def _trajectories(out_dir: Path) -> list[Trajectory]:
-    return [Trajectory.load(p) for p in sorted((out_dir / "trajectories").glob("*/run-*.json"))]
-
-
 def _trajectory_rows(out_dir: Path) -> list[dict]:
     return [
         {
@@ -153,7 +151,7 @@ def _trajectory_rows(out_dir: Path) -> list[dict]:
             "steps": len(traj.steps),
             "tokens": traj.prompt_tokens + traj.completion_tokens,
         }
-        for traj in _trajectories(out_dir)
+        for traj in map(Trajectory.load, sorted((out_dir / "trajectories").glob("*/run-*.json")))
     ]
 
 
