@@ -38,6 +38,7 @@ from sweflow.cluster.executor import Node, Retry
 from sweflow.cluster.node import NODE_NAME_ENV, NODE_STORE_ENV, SLOT, default_slots
 from sweflow.envcache.store import LayerInfo, LayerStore
 from sweflow.errors import ConfigError, SweflowError
+from sweflow.sandbox import tracking
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -306,6 +307,8 @@ class RayExecutor:
         last_progress = time.monotonic()
         told = False
         while pending:
+            if tracking.interrupted():  # Ctrl-C reached a thread that is not this one
+                raise KeyboardInterrupt
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in ready:
                 index = pending.pop(ref)

@@ -37,6 +37,12 @@ def refuse_if_interrupted() -> None:
         raise SandboxStartError("interrupted: no new sandbox is opened")
 
 
+def interrupted() -> bool:
+    """Whether an interrupt is winding this process's work down (work elsewhere, such as a
+    cluster's tasks, should be called back)."""
+    return _interrupted.is_set()
+
+
 def track(sandbox: Sandbox) -> Sandbox:
     """Remember an opened sandbox (weakly); one opened during an interrupt is closed at once."""
     with _lock:
