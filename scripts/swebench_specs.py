@@ -21,6 +21,9 @@ What changes on the way (the harness builds conda environments; sweflow builds v
   the day after the newest release any pin of the tables names (tox 4.16.0, uploaded to PyPI
   2024-07-03), so every pin exists and nothing newer than what the tables were written
   against does (docutils 0.22, July 2025, breaks sphinx 3.x-4.x rows).
+- A conda-only package with no pip equivalent fails the build with its name, unless
+  ``CONDA_OPTIONAL`` lists it for the repo (a test dependency whose tests skip without it).
+- Test sandboxes are offline: the hosts a suite calls (``EMULATED_HOSTS``) are emulated there.
 """
 
 from __future__ import annotations
@@ -37,6 +40,18 @@ OUT = Path(__file__).resolve().parent.parent / "sweflow" / "data" / "swebench_sp
 COPIED = ("python", "packages", "pip_packages", "install", "test_cmd", "eval_commands")
 DROPPED = {"nano_cpus", "execute_test_as_nonroot", "no_use_env", "pre_install"}
 HARNESS_ERA = "2024-07-04"  # every spec's pypi_cutoff (see the module docstring)
+# Conda-only packages of a repo's environment.yml that the environment may go without: optional
+# test dependencies whose tests skip without them (xarray's ``requires_cdms2`` tests; no
+# FAIL_TO_PASS or PASS_TO_PASS list of SWE-bench full names one).
+CONDA_OPTIONAL = {"pydata/xarray": ["cdms2"]}
+# System libraries that a repo's environment.yml brings in through conda packages and pip wheels
+# do not bundle: ecmwflibs (libeccodes for cfgrib on PyPI) links glib, which conda's eccodes
+# package depends on.
+CONDA_SYSTEM_LIBRARIES = {"pydata/xarray": "apt-get update && apt-get install -y libglib2.0-0"}
+# Hosts a repo's suite reaches online under the harness (docker with a network), emulated in the
+# offline test sandbox (sweflow.envcache.internet): requests' tests call httpbin.org and follow
+# a redirect to www.google.co.uk.
+EMULATED_HOSTS = {"psf/requests": ["httpbin.org", "www.google.co.uk"]}
 # A pre_install command that touches the repository checkout rather than the system.
 REPO_COMMAND = re.compile(r"\b(setup\.py|setup\.cfg|pyproject\.toml|tox\.ini)\b|/testbed|QHULL")
 
@@ -59,6 +74,8 @@ def translate(repo: str, spec: dict, tables: dict, parsers: dict[str, str]) -> d
     out = {k: spec[k] for k in COPIED if spec.get(k)}
     pre = spec.get("pre_install", [])
     system = [c for c in pre if not REPO_COMMAND.search(c)]
+    if spec.get("packages") == "environment.yml" and repo in CONDA_SYSTEM_LIBRARIES:
+        system.append(CONDA_SYSTEM_LIBRARIES[repo])
     in_repo = [c for c in pre if REPO_COMMAND.search(c)]
     if system:
         out["pre_install"] = system
@@ -72,6 +89,10 @@ def translate(repo: str, spec: dict, tables: dict, parsers: dict[str, str]) -> d
         out["test_directives"] = "django"
     if repo in parsers:
         out["log_parser"] = parsers[repo]
+    if spec.get("packages") == "environment.yml" and repo in CONDA_OPTIONAL:
+        out["conda_optional"] = CONDA_OPTIONAL[repo]
+    if repo in EMULATED_HOSTS:
+        out["emulated_hosts"] = EMULATED_HOSTS[repo]
     out["pypi_cutoff"] = HARNESS_ERA
     return out
 

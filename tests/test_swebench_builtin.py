@@ -145,12 +145,21 @@ def test_requirements_come_from_the_first_path_with_includes_inlined(repo: Path)
 
 def test_a_conda_environment_becomes_pip_requirements_or_a_named_reason() -> None:
     yml = "name: t\ndependencies:\n  - python=3.10\n  - numpy=1.23\n  - matplotlib-base>=3.5\n" \
-          "  - hdf5\n  - conda-forge::pint\n  - pip:\n    - numbagg\n"  # fmt: skip
-    assert conda_to_pip(yml, "env.yml").split("\n") == [
-        "numpy==1.23.*", "matplotlib>=3.5", "pint", "numbagg"
+          "  - hdf5\n  - conda-forge::pint\n  - cfgrib\n  - pip:\n    - numbagg\n"  # fmt: skip
+    text, left_out = conda_to_pip(yml, "env.yml")
+    assert text.split("\n") == [
+        "numpy==1.23.*", "matplotlib>=3.5", "pint", "cfgrib", "ecmwflibs", "numbagg"
     ]  # fmt: skip
-    with pytest.raises(RequirementsError, match="only on conda .*: cdms2"):
-        conda_to_pip("dependencies:\n  - cdms2\n  - numpy\n", "xarray/ci/environment.yml")
+    assert left_out == []
+    yml = "dependencies:\n  - cdms2\n  - pynio\n  - numpy\n"
+    with pytest.raises(RequirementsError, match="only on conda .*: cdms2, pynio"):
+        conda_to_pip(yml, "xarray/ci/environment.yml")
+    with pytest.raises(RequirementsError, match="only on conda .*: pynio$"):
+        conda_to_pip(yml, "xarray/ci/environment.yml", optional=["cdms2"])
+    assert conda_to_pip(yml, "env.yml", optional=["CDMS2", "pynio"]) == (
+        "numpy",
+        ["cdms2", "pynio"],
+    )
 
 
 def test_the_scm_version_is_what_a_full_clone_would_give(repo: Path) -> None:

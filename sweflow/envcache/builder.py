@@ -32,7 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sweflow.envcache import pypi_cutoff
+from sweflow.envcache import internet, pypi_cutoff
 from sweflow.envcache.images import find_image, import_base, import_image
 from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_version
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
@@ -374,6 +374,8 @@ class EnvBuilder:
             layers = [self.store.import_dir(resolve_base(runtime.base, rootfs_cache()), "base")]
         if runtime.host_prefix is not None:
             layers.append(self._python_layer(runtime.host_prefix))
+        if spec.emulated_hosts:
+            layers.append(self._internet_layer(spec, runtime, layers))
         requirements = self._requirements(spec, instance)
         key = _digest(
             [layer.digest for layer in layers],
@@ -430,7 +432,8 @@ class EnvBuilder:
     def _requirements(self, spec: EnvSpec, instance: Instance) -> str | None:
         """The pip requirements the spec's ``packages`` file gives, read as the harness reads it:
         the first of its per-repo paths that exists at the environment commit, ``-r`` includes
-        inlined; an environment.yml translated to pip (conda-only packages are a named error)."""
+        inlined; an environment.yml translated to pip (conda-only packages are a named error
+        unless the spec lists them in ``conda_optional``)."""
         if spec.packages_file is None:
             return None
         git_dir = self._repo(instance)
@@ -443,7 +446,12 @@ class EnvBuilder:
             )
         path, text = found
         if spec.packages_file == "environment.yml":
-            return conda_to_pip(text, f"{instance.repo}:{path} at {commit[:12]}")
+            where = f"{instance.repo}:{path} at {commit[:12]}"
+            pip_text, left_out = conda_to_pip(text, where, spec.conda_optional)
+            if left_out:  # named where people read the build: the requirements file's head
+                note = ", ".join(left_out)
+                pip_text = f"# left out, conda-only and optional in the spec: {note}\n{pip_text}"
+            return pip_text
         return inline_requirements(git_dir, commit, path, text)
 
     def _env_layer(self, spec, runtime: Runtime, layers, env, requirements, log: Path):
@@ -460,6 +468,7 @@ class EnvBuilder:
         # (bullseye's venv pip 20.3 cannot install an editable project with a new setuptools).
         script.append("python -m pip install -U " + " ".join(map(shlex.quote, HARNESS_TOOLS)))
         if requirements is not None:
+            script.append("cat /tmp/sweflow-requirements.txt")
             script.append("python -m pip install -r /tmp/sweflow-requirements.txt")
         if packages or spec.pip_packages:
             script.append(
@@ -472,6 +481,24 @@ class EnvBuilder:
                     sandbox.write("/tmp/sweflow-requirements.txt", requirements)
                 self._run(sandbox, "\n".join(script), log, "environment")
             return self.store.commit(upper, "env")
+
+    def _internet_layer(self, spec: EnvSpec, runtime: Runtime, layers):
+        """The emulated internet of the spec's test sandboxes (``sweflow.envcache.internet``):
+        its own venv, so the suite's environment stays the spec's alone; one per interpreter."""
+        hosts = spec.emulated_hosts
+        recipe = internet.recipe(runtime.python, hosts)
+        key = _digest([layer.digest for layer in layers], recipe, spec.pypi_cutoff)
+
+        def make(log: Path):
+            with self.store.fresh_upper() as upper:
+                env = {"PATH": DEFAULT_PATH}
+                with self._sandbox(layers, upper, env, spec.pypi_cutoff) as sandbox:
+                    sandbox.write(internet.START_SCRIPT, internet.start_script())
+                    script = internet.build_script(runtime.python, hosts)
+                    self._run(sandbox, script, log, "emulated internet")
+                return self.store.commit(upper, "env")
+
+        return self._once(f"internet-{key}", make)
 
     def _instance_layer(self, instance: Instance, spec: EnvSpec, layers, env, log: Path):
         git_dir = self._repo(instance)

@@ -4,8 +4,10 @@ The harness fetches the first of a repo's requirements paths that exists at the 
 commit, inlines its ``-r`` includes (relative to the file's folder) and drops ``-e .``, comments
 and ``.[test`` lines; conda environment files are created with conda. Here both come from the
 local mirror, and an environment.yml is translated to pip: conda names that differ on PyPI are
-renamed, native libraries that the PyPI wheels bundle are dropped, and a package that exists
-only on conda is an error naming it, never a half-built environment.
+renamed, native libraries that the PyPI wheels bundle are dropped (or added as the wheel that
+carries them, where a conda package pulls one in), and a package that exists
+only on conda is an error naming it, never a half-built environment, unless the spec lists it
+as optional (a test dependency whose tests skip without it): then it is left out and named.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ CONDA_NATIVE = frozenset(
     {"python", "pip", "hdf5", "libnetcdf", "cairo", "pkg-config", "compilers", "c-compiler",
      "cxx-compiler", "ccache", "make", "cmake", "libgdal", "proj", "geos", "freetype", "qhull"}
 )  # fmt: skip
+# conda packages that pull a native library in with them, and the PyPI wheel that carries it
+# (cfgrib's conda recipe brings libeccodes; on PyPI it is ecmwflibs, which eccodes finds).
+CONDA_LIBRARY_WHEELS = {"cfgrib": "ecmwflibs"}
 # On conda only: no PyPI distribution provides them.
 CONDA_ONLY = frozenset({"cdms2", "ffmpeg", "graphviz", "nodejs", "pynio", "esmpy"})
 _MATCH_SPEC = re.compile(r"^([A-Za-z0-9_.\-]+)\s*(?:(==|>=|<=|!=|>|<|=)?\s*(\S.*))?$")
@@ -73,8 +78,9 @@ def inline_requirements(git_dir: Path, commit: str, path: str, text: str) -> str
     return _replace_yanked("\n".join([*included, "\n".join(own)]))
 
 
-def conda_to_pip(text: str, where: str) -> str:
-    """pip requirements for a conda environment file; ``where`` names it in errors."""
+def conda_to_pip(text: str, where: str, optional: Sequence[str] = ()) -> tuple[str, list[str]]:
+    """pip requirements for a conda environment file, and the conda-only packages of
+    ``optional`` it left out; ``where`` names the file in errors."""
     try:
         doc = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -84,6 +90,8 @@ def conda_to_pip(text: str, where: str) -> str:
         raise RequirementsError(f"{where}: no dependencies list")
     out: list[str] = []
     conda_only: list[str] = []
+    left_out: list[str] = []
+    skippable = {name.lower() for name in optional}
     for dep in deps:
         if isinstance(dep, dict):
             out += [str(x) for x in dep.get("pip", [])]
@@ -95,15 +103,17 @@ def conda_to_pip(text: str, where: str) -> str:
         if name.lower() in CONDA_NATIVE:
             continue
         if name.lower() in CONDA_ONLY:
-            conda_only.append(name)
+            (left_out if name.lower() in skippable else conda_only).append(name)
             continue
         out.append(CONDA_RENAMES.get(name.lower(), name) + _pip_version(op, version))
+        if name.lower() in CONDA_LIBRARY_WHEELS:
+            out.append(CONDA_LIBRARY_WHEELS[name.lower()])
     if conda_only:
         raise RequirementsError(
             f"{where} needs packages that exist only on conda (no pip equivalent): "
             + ", ".join(conda_only)
         )
-    return _replace_yanked("\n".join(out))
+    return _replace_yanked("\n".join(out)), left_out
 
 
 def _pip_version(op: str | None, version: str | None) -> str:

@@ -81,6 +81,17 @@ class EnvSpec(BaseModel):
         description="builds resolve unpinned packages as of this date (YYYY-MM-DD): files "
         "uploaded to PyPI later are hidden from the build's pip",
     )
+    conda_optional: list[str] = Field(
+        [],
+        description="conda-only packages of an environment.yml the environment goes without "
+        "(optional test dependencies whose tests skip without them); the build log names them",
+    )
+    emulated_hosts: list[str] = Field(
+        [],
+        description="names the test suite reaches online (e.g. httpbin.org): in the test "
+        "sandbox they resolve to a local httpbin over HTTP and HTTPS, its CA trusted through "
+        "REQUESTS_CA_BUNDLE; other names do not resolve, other addresses time out",
+    )
     test_directives: Literal["files", "django"] = Field(
         "files", description="test files as given, or as Django's runtests module paths"
     )
@@ -111,6 +122,8 @@ class EnvSpec(BaseModel):
         payload = {"schema": _DIGEST_SCHEMA, **self.model_dump(include=set(ENV_LAYER_FIELDS))}
         if self.pypi_cutoff is not None:  # only when set: the digests of other specs stay
             payload["pypi_cutoff"] = self.pypi_cutoff.isoformat()
+        if self.conda_optional:
+            payload["conda_optional"] = sorted(self.conda_optional)
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
 

@@ -4,8 +4,9 @@ A row's own ``eval_script`` (swebench 5 datasets carry one) is used as is; other
 from the environment spec the way swebench 4.x made them for classic rows: record the repository
 state, re-run ``install``, reset the test files, apply ``test_patch``, run ``test_cmd`` on the
 test directives between the start/end markers (visible in the log through ``set -x``), and reset
-again. Parsing goes through swebench's own ``get_logs_eval``,
-so a status here is exactly the harness's status for the same log.
+again; a spec with ``emulated_hosts`` starts its emulated internet first. Parsing goes through
+swebench's own ``get_logs_eval``, so a status here is exactly the harness's status for the same
+log.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from swebench.harness.utils import make_test_spec
 from swebench.types import TestSpec
 from unidiff import PatchSet
 
+from sweflow.envcache import internet
 from sweflow.envcache.specs import EnvSpec, test_command
 from sweflow.grading.apply import REPO_DIR, apply_patch
 from sweflow.grading.runlog import RunLog
@@ -88,10 +90,12 @@ def make_eval_script(instance: Instance, spec: EnvSpec, activate: str = "") -> s
         reset.append(f"rm -f {' '.join(new)}")
     directives = test_directives(instance.test_patch, spec.test_directives)
     enter = [*([activate] if activate else []), f"cd {REPO_DIR}"]
+    online = [internet.start_command(spec.emulated_hosts)] if spec.emulated_hosts else []
     lines = [
         "#!/bin/bash",
         "set -uxo pipefail",
         *enter,
+        *online,
         *spec.eval_commands,
         f"git config --global --add safe.directory {REPO_DIR}",
         f"cd {REPO_DIR}",

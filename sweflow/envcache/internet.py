@@ -1,0 +1,89 @@
+"""An emulated internet for test suites that call public hosts, in sandboxes that have none.
+
+The harness runs requests' suite online: its tests fetch httpbin.org over HTTP and HTTPS, follow
+redirects to other hosts, and expect a connection to an unrouted address to time out. Test
+sandboxes here are offline, so a spec's ``emulated_hosts`` get a layer of their own (a venv with
+httpbin, the software httpbin.org runs, and a CA and certificate made at build time for those
+names) and the eval script starts it before the tests: the names resolve to a local httpbin on
+ports 80 and 443, others fail to resolve, other addresses drop packets
+(``sweflow/data/emulated_internet.py`` says how). Nothing leaves the sandbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Sequence
+from importlib import resources
+
+PREFIX = "/opt/sweflow/internet"
+# What httpbin.org serves, and how (gunicorn with gevent workers: the extra "mainapp"), pinned
+# to the harness era's releases (gunicorn 23 needs a gevent that httpbin's greenlet<3 excludes).
+PACKAGES = ("httpbin[mainapp]==0.10.2", "gunicorn==22.0.0", "gevent==24.2.1")
+START_SCRIPT = f"{PREFIX}/emulated_internet.py"
+CERT_DAYS = 36500  # the layer outlives any ordinary certificate lifetime
+
+
+def start_script() -> str:
+    """The source of the in-sandbox starter."""
+    return resources.files("sweflow.data").joinpath("emulated_internet.py").read_text()
+
+
+def recipe(python: str, hosts: Sequence[str]) -> str:
+    """What the layer is made of, for its key: the build step and the starter's source."""
+    text = build_script(python, hosts) + "\n" + start_script()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def build_script(python: str, hosts: Sequence[str]) -> str:
+    """The build step (networked, as every build): the venv, then the certificates."""
+    return "\n".join([
+        "set -euxo pipefail",
+        f"{python} -m venv {PREFIX}",
+        f"{PREFIX}/bin/python -m pip install " + " ".join(map(shlex.quote, PACKAGES)),
+        f"{PREFIX}/bin/python -c 'import httpbin, gunicorn, gevent'",
+        f"cd {PREFIX}",
+        certificate_commands(hosts),
+    ])  # fmt: skip
+
+
+def certificate_commands(hosts: Sequence[str]) -> str:
+    """Shell that writes ``ca.pem`` and, signed by it, ``server.pem`` + ``server.key`` for every
+    host into the current directory, then throws the CA's key away (it signs nothing more).
+
+    Both come from requests and extension files: ``req -x509`` would add its config's defaults,
+    and OpenSSL 1.1 rejects a CA whose basicConstraints then appear twice.
+    """
+    ca_ext = "\\n".join([
+        "basicConstraints=critical,CA:TRUE",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "subjectKeyIdentifier=hash",
+    ])  # fmt: skip
+    leaf_ext = "\\n".join([
+        "subjectAltName=" + ",".join(f"DNS:{h}" for h in hosts),
+        "basicConstraints=critical,CA:FALSE",
+        "keyUsage=critical,digitalSignature,keyEncipherment",
+        "extendedKeyUsage=serverAuth",
+        "authorityKeyIdentifier=keyid",
+        "subjectKeyIdentifier=hash",
+    ])  # fmt: skip
+    return "\n".join([
+        "openssl req -newkey rsa:2048 -nodes -subj '/CN=sweflow emulated internet CA'"
+        " -keyout ca.key -out ca.csr",
+        f"printf '{ca_ext}\\n' > ca.ext",
+        f"openssl x509 -req -in ca.csr -signkey ca.key -days {CERT_DAYS} -extfile ca.ext"
+        " -out ca.pem",
+        f"openssl req -newkey rsa:2048 -nodes -subj /CN={shlex.quote(hosts[0])}"
+        " -keyout server.key -out server.csr",
+        f"printf '{leaf_ext}\\n' > server.ext",
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial"
+        f" -days {CERT_DAYS} -extfile server.ext -out server.pem",
+        "openssl verify -CAfile ca.pem server.pem",
+        "rm -f ca.key ca.csr ca.ext ca.srl server.csr server.ext",
+    ])  # fmt: skip
+
+
+def start_command(hosts: Sequence[str]) -> str:
+    """The eval script's line: start it and trust its CA (REQUESTS_CA_BUNDLE, SSL_CERT_FILE)."""
+    names = " ".join(shlex.quote(h) for h in hosts)
+    return f'eval "$({PREFIX}/bin/python {START_SCRIPT} {names})"'
