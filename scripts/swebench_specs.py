@@ -48,6 +48,11 @@ CONDA_OPTIONAL = {"pydata/xarray": ["cdms2"]}
 # do not bundle: ecmwflibs (libeccodes for cfgrib on PyPI) links glib, which conda's eccodes
 # package depends on.
 CONDA_SYSTEM_LIBRARIES = {"pydata/xarray": "apt-get update && apt-get install -y libglib2.0-0"}
+# The harness's base image has build-essential and its conda interpreters their C headers; repos
+# whose install compiles C extensions get both here (sweflow's Debian bases carry neither; a
+# pyenv interpreter has its headers already).
+COMPILER = "apt-get update && apt-get install -y build-essential python3-dev"
+COMPILED = {"astropy/astropy", "matplotlib/matplotlib", "scikit-learn/scikit-learn"}
 # Hosts a repo's suite reaches online under the harness (docker with a network), emulated in the
 # offline test sandbox (sweflow.envcache.internet): requests' tests call httpbin.org and follow
 # a redirect to www.google.co.uk.
@@ -74,6 +79,8 @@ def translate(repo: str, spec: dict, tables: dict, parsers: dict[str, str]) -> d
     out = {k: spec[k] for k in COPIED if spec.get(k)}
     pre = spec.get("pre_install", [])
     system = [c for c in pre if not REPO_COMMAND.search(c)]
+    if repo in COMPILED:
+        system.insert(0, COMPILER)
     if spec.get("packages") == "environment.yml" and repo in CONDA_SYSTEM_LIBRARIES:
         system.append(CONDA_SYSTEM_LIBRARIES[repo])
     in_repo = [c for c in pre if REPO_COMMAND.search(c)]

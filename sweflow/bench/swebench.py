@@ -5,7 +5,8 @@ For each row of the dataset whose repository the mirror holds (the others are co
 table (the built-in SWE-bench table unless a specs file is given), then validate it as the
 harness would (the gold patch resolves every FAIL_TO_PASS and PASS_TO_PASS test, and the
 FAIL_TO_PASS tests fail without it). Every row that does not validate has a named reason: not
-mirrored, a build error (its first line), or the validation's outcome.
+mirrored, a build error (its first line), or the validation's outcome with the tests it
+singled out (failing with the gold patch, passing without it, or changing verdict).
 
 - ``tried`` / ``built`` / ``validated``: rows, rows with layers, rows that validated;
 - ``build_s_p50``: median build seconds of the rows built (a row built by an earlier run keeps
@@ -132,6 +133,7 @@ def run(
             "reason": validation.reason,
             "cause": failure_cause(logs / instance.instance_id / "gold-1.log")
             if validation.outcome == "gold_fails" else "",
+            "tests": validation.tests,
             "wall_s": round(time.monotonic() - start, 1),
         })  # fmt: skip
         progress(f"{instance.instance_id}: {built.status}, {validation.outcome}")
@@ -167,7 +169,7 @@ def _report(rows: list[Instance], results: _Results, store: LayerStore) -> dict:
             cause = record.get("cause") or failure_cause(
                 results.root / "logs" / row.instance_id / "gold-1.log"
             )
-            why = f"{record['outcome']}: {record['reason']}"
+            why = f"{record['outcome']}: {record['reason']}{_names(record.get('tests', {}))}"
             reasons[row.instance_id] = f"{why} ({cause})" if cause else why
     tried = len(rows)
     built = sum(c["built"] for c in per_repo.values())
@@ -191,6 +193,15 @@ def _report(rows: list[Instance], results: _Results, store: LayerStore) -> dict:
         },
         "failures": dict(sorted(reasons.items())),
     }
+
+
+def _names(tests: dict[str, list[str]], shown: int = 3) -> str:
+    """The tests a validation singled out, for people: the first few, then how many more."""
+    names = next((found for found in tests.values() if found), [])
+    if not names:
+        return ""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ": " + ", ".join(names[:shown]) + more
 
 
 def _store_mb(store: LayerStore, instance_ids: list[str], *, bases: bool = True) -> float:

@@ -53,7 +53,7 @@ VENV_ACTIVATE = f". {VENV}/bin/activate"
 # The SWE-bench harness images' environment (conda at /opt/miniconda3, env "testbed").
 CONDA_ENV = "opt/miniconda3/envs/testbed"
 CONDA_ACTIVATE = "source /opt/miniconda3/bin/activate\nconda activate testbed"
-ENV_RECIPE = 3  # part of every environment layer's key: bump it when _env_layer's script changes
+ENV_RECIPE = 4  # part of every environment layer's key: bump it when _env_layer's script changes
 # What `conda create python=X` gave the harness's environment images (2024: pip 24.0, setuptools
 # 69.5, wheel 0.43), capped there: pip 25.3 dropped the `setup.py develop` fallback that older
 # repositories' editable installs need, and setuptools 81+ drops pkg_resources. On an older
@@ -466,15 +466,19 @@ class EnvBuilder:
         script += list(spec.pre_install)
         # The pip, setuptools and wheel of the harness's conda environments, not the suite's
         # (bullseye's venv pip 20.3 cannot install an editable project with a new setuptools).
-        script.append("python -m pip install -U " + " ".join(map(shlex.quote, HARNESS_TOOLS)))
+        # The flag, not the sandbox's PIP_NO_CACHE_DIR=1: the pip of a Python 3.6 venv (18.1)
+        # reads that variable as a cache path and fails (fixed in pip 19).
+        tools = " ".join(map(shlex.quote, HARNESS_TOOLS))
+        script.append(f"env -u PIP_NO_CACHE_DIR python -m pip install --no-cache-dir -U {tools}")
         if requirements is not None:
             script.append("cat /tmp/sweflow-requirements.txt")
             script.append("python -m pip install -r /tmp/sweflow-requirements.txt")
-        if packages or spec.pip_packages:
-            script.append(
-                "python -m pip install "
-                + " ".join(shlex.quote(p) for p in [*packages, *spec.pip_packages])
-            )
+        # A package list is what the harness's `conda create` installs with the interpreter; its
+        # pip_packages come after, in a pip step of their own (astropy 1.3's MarkupSafe==1.0 pin
+        # builds only with the setuptools==38.2.4 its list installs first).
+        for step in (packages, spec.pip_packages):
+            if step:
+                script.append("python -m pip install " + " ".join(map(shlex.quote, step)))
         with self.store.fresh_upper() as upper:
             with self._sandbox(layers, upper, env, spec.pypi_cutoff) as sandbox:
                 if requirements is not None:
