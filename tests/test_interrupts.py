@@ -47,6 +47,18 @@ def test_ctrl_c_during_eval_stops_at_once_and_leaves_nothing(grading_data, tmp_p
     _interrupt(argv, tmp_path, moment)
 
 
+def test_sigterm_during_eval_winds_down_as_ctrl_c_does(grading_data, tmp_path):
+    """A process manager's stop (Prefect cancelling, Slurm, kill) closes every sandbox too."""
+    rows = [{"instance_id": i.instance_id, "model_patch": SLEEPY_PATCH, "model_name_or_path": "m"}
+            for i in grading_data.instances[:2]]  # fmt: skip
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["eval", "-d", str(grading_data.dataset), "-p", str(preds), "--run-id", "r", "-j", "2",
+            "--store", str(grading_data.store), "--report-dir", str(tmp_path)]  # fmt: skip
+    code = _interrupt(argv, tmp_path, "test script running", signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM
+
+
 def test_ctrl_c_during_collect_stops_at_once_and_leaves_nothing(grading_data, tmp_path):
     """Agent runs are asyncio tasks whose sandbox commands and gradings run in threads."""
     argv = ["collect", "-d", str(grading_data.dataset), "--store", str(grading_data.store),
@@ -55,8 +67,11 @@ def test_ctrl_c_during_collect_stops_at_once_and_leaves_nothing(grading_data, tm
     _interrupt(argv, tmp_path, "sandbox opening")
 
 
-def _interrupt(command: list[str], tmp_path, moment: str) -> None:
-    """Run ``sweflow COMMAND``, SIGINT it at ``moment``, check it stops at once, leaving nothing."""
+def _interrupt(
+    command: list[str], tmp_path, moment: str, sig: signal.Signals = signal.SIGINT
+) -> int:
+    """Run ``sweflow COMMAND``, signal it at ``moment``, check it stops at once, leaving nothing;
+    returns its exit status."""
     before = leftovers()
     argv = [sys.executable, "-m", "sweflow.cli", *command]
     # A shell starts background jobs with SIGINT ignored (CI runs us so): the child gets the
@@ -75,7 +90,7 @@ def _interrupt(command: list[str], tmp_path, moment: str) -> None:
             time.sleep(0.2)
         assert proc.poll() is None
         sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         code = proc.wait(timeout=30)
         stopped_after = time.monotonic() - sent
     finally:
@@ -83,10 +98,11 @@ def _interrupt(command: list[str], tmp_path, moment: str) -> None:
             proc.kill()
             proc.wait()
     output = proc.stdout.read().decode(errors="replace")  # type: ignore[union-attr]
-    print(f"{moment}: stopped {stopped_after:.2f} s after SIGINT, exit {code}")
+    print(f"{moment}: stopped {stopped_after:.2f} s after {sig.name}, exit {code}")
     assert code != 0, output
     assert "Traceback" not in output, output
     assert stopped_after < 5, output  # the sleeping test scripts had two minutes to go
     after = leftovers()
     for kind in ("dirs", "mounts", "processes", "cgroups"):
         assert set(after[kind]) <= set(before[kind]), (kind, after[kind])
+    return code

@@ -24,7 +24,7 @@ import re
 import statistics
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sweflow.bench import REPO, BenchError, bench_root
@@ -52,21 +52,42 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "unknown"
 
 
-def failure_cause(log: Path) -> str:
+def failure_cause(log: Path, tests: Sequence[str] = ()) -> str:
     """The error most failing tests of a run's log share (pytest's ``E   ...`` lines), named
-    for people: ``needs the network`` when it is a failed connection (sandboxes run offline)."""
+    for people: ``needs the network`` when it is a failed connection (sandboxes run offline).
+
+    With ``tests`` (the ones that failed), only their sections of pytest's report count, so a
+    test outside the row's lists that fails for its own reason does not name the cause."""
     if not log.is_file():
         return ""
     text = _ANSI.sub("", log.read_text(errors="replace"))
+    lines = _sections_of(text, tests) or text.splitlines()
     errors = Counter(
-        line[1:].strip() for line in text.splitlines() if line.startswith("E ") and line[1:].strip()
+        line[1:].strip() for line in lines if line.startswith("E ") and line[1:].strip()
     )
     if not errors:
         return ""
     cause = errors.most_common(1)[0][0]
-    if any(marker in text for marker in NETWORK_ERRORS):
+    if any(marker in "\n".join(lines) for marker in NETWORK_ERRORS):
         return f"needs the network (sandboxes run without one): {cause}"
     return cause
+
+
+_SECTION = re.compile(r"^_{3,} (.+?) _{3,}$")
+
+
+def _sections_of(text: str, tests: Sequence[str]) -> list[str]:
+    """The lines of pytest's failure sections (``____ Class.test[param] ____``) of ``tests``."""
+    wanted = {t.split("::", 1)[-1].replace("::", ".") for t in tests}
+    out: list[str] = []
+    keep = False
+    for line in text.splitlines():
+        header = _SECTION.match(line)
+        if header:
+            keep = header.group(1).replace("ERROR at setup of ", "") in wanted
+        elif keep:
+            out.append(line)
+    return out
 
 
 class _Results:
@@ -131,8 +152,9 @@ def run(
             "build_error": _first_line(built.error) if built.status == "error" else "",
             "outcome": validation.outcome,
             "reason": validation.reason,
-            "cause": failure_cause(logs / instance.instance_id / "gold-1.log")
-            if validation.outcome == "gold_fails" else "",
+            "cause": failure_cause(
+                logs / instance.instance_id / "gold-1.log", validation.tests.get("failing", [])
+            ) if validation.outcome == "gold_fails" else "",
             "tests": validation.tests,
             "wall_s": round(time.monotonic() - start, 1),
         })  # fmt: skip

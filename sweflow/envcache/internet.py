@@ -18,8 +18,9 @@ from importlib import resources
 
 PREFIX = "/opt/sweflow/internet"
 # What httpbin.org serves, and how (gunicorn with gevent workers: the extra "mainapp"), pinned
-# to the harness era's releases (gunicorn 23 needs a gevent that httpbin's greenlet<3 excludes).
-PACKAGES = ("httpbin[mainapp]==0.10.2", "gunicorn==22.0.0", "gevent==24.2.1")
+# to the harness era's releases: gunicorn 23 needs a gevent that, before Python 3.12, needs the
+# greenlet 3 that httpbin excludes.
+PACKAGES = ("httpbin[mainapp]==0.10.2", "gunicorn==22.0.0", "gevent<24")
 START_SCRIPT = f"{PREFIX}/emulated_internet.py"
 CERT_DAYS = 36500  # the layer outlives any ordinary certificate lifetime
 
