@@ -38,23 +38,12 @@ def _sandbox_dirs() -> set[str]:
 
 @pytest.mark.parametrize("moment", ["loading", "sandbox opening", "test script running"])
 def test_ctrl_c_during_eval_stops_at_once_and_leaves_nothing(grading_data, tmp_path, moment):
-    rows = [{"instance_id": i.instance_id, "model_patch": SLEEPY_PATCH, "model_name_or_path": "m"}
-            for i in grading_data.instances[:3]]  # fmt: skip
-    preds = tmp_path / "preds.jsonl"
-    preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    argv = ["eval", "-d", str(grading_data.dataset), "-p", str(preds), "--run-id", "r", "-j", "2",
-            "--store", str(grading_data.store), "--report-dir", str(tmp_path)]  # fmt: skip
-    _interrupt(argv, tmp_path, moment)
+    _interrupt(_sleepy_eval(grading_data, tmp_path, rows=3), tmp_path, moment)
 
 
 def test_sigterm_during_eval_winds_down_as_ctrl_c_does(grading_data, tmp_path):
     """A process manager's stop (Prefect cancelling, Slurm, kill) closes every sandbox too."""
-    rows = [{"instance_id": i.instance_id, "model_patch": SLEEPY_PATCH, "model_name_or_path": "m"}
-            for i in grading_data.instances[:2]]  # fmt: skip
-    preds = tmp_path / "preds.jsonl"
-    preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    argv = ["eval", "-d", str(grading_data.dataset), "-p", str(preds), "--run-id", "r", "-j", "2",
-            "--store", str(grading_data.store), "--report-dir", str(tmp_path)]  # fmt: skip
+    argv = _sleepy_eval(grading_data, tmp_path, rows=2)
     code = _interrupt(argv, tmp_path, "test script running", signal.SIGTERM)
     assert code == 128 + signal.SIGTERM
 
@@ -65,6 +54,18 @@ def test_ctrl_c_during_collect_stops_at_once_and_leaves_nothing(grading_data, tm
             "--teacher", "replay", "--tool-mode", "text", "-o", str(tmp_path / "out"), "-c", "3",
             "-k", "2"]  # fmt: skip
     _interrupt(argv, tmp_path, "sandbox opening")
+
+
+def _sleepy_eval(grading_data, tmp_path, rows: int) -> list[str]:
+    """``eval`` arguments grading the first ``rows`` instances with a patch whose tests sleep."""
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("".join(
+        json.dumps({"instance_id": i.instance_id, "model_patch": SLEEPY_PATCH,
+                    "model_name_or_path": "m"}) + "\n"
+        for i in grading_data.instances[:rows]
+    ))  # fmt: skip
+    return ["eval", "-d", str(grading_data.dataset), "-p", str(preds), "--run-id", "r", "-j", "2",
+            "--store", str(grading_data.store), "--report-dir", str(tmp_path)]  # fmt: skip
 
 
 def _interrupt(

@@ -188,10 +188,11 @@ def _report(rows: list[Instance], results: _Results, store: LayerStore) -> dict:
         elif record["build"] == "error":
             reasons[row.instance_id] = f"build error: {record['build_error']}"
         else:
+            tests = record.get("tests", {})
             cause = record.get("cause") or failure_cause(
-                results.root / "logs" / row.instance_id / "gold-1.log"
+                results.root / "logs" / row.instance_id / "gold-1.log", tests.get("failing", [])
             )
-            why = f"{record['outcome']}: {record['reason']}{_names(record.get('tests', {}))}"
+            why = f"{record['outcome']}: {record['reason']}{_names(tests)}"
             reasons[row.instance_id] = f"{why} ({cause})" if cause else why
     tried = len(rows)
     built = sum(c["built"] for c in per_repo.values())

@@ -100,14 +100,15 @@ def conda_to_pip(text: str, where: str, optional: Sequence[str] = ()) -> tuple[s
         if match is None:
             raise RequirementsError(f"{where}: cannot read the conda dependency {dep!r}")
         name, op, version = match.groups()
-        if name.lower() in CONDA_NATIVE:
+        key = name.lower()
+        if key in CONDA_NATIVE:
             continue
-        if name.lower() in CONDA_ONLY:
-            (left_out if name.lower() in skippable else conda_only).append(name)
+        if key in CONDA_ONLY:
+            (left_out if key in skippable else conda_only).append(name)
             continue
-        out.append(CONDA_RENAMES.get(name.lower(), name) + _pip_version(op, version))
-        if name.lower() in CONDA_LIBRARY_WHEELS:
-            out.append(CONDA_LIBRARY_WHEELS[name.lower()])
+        out.append(CONDA_RENAMES.get(key, name) + _pip_version(op, version))
+        if key in CONDA_LIBRARY_WHEELS:
+            out.append(CONDA_LIBRARY_WHEELS[key])
     if conda_only:
         raise RequirementsError(
             f"{where} needs packages that exist only on conda (no pip equivalent): "
