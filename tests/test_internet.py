@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from sweflow.envcache import internet
 from sweflow.envcache.specs import EnvSpec
@@ -107,3 +108,9 @@ def test_the_layer_key_follows_what_it_is_made_of() -> None:
     assert first == internet.recipe("/usr/bin/python3.9", list(HOSTS))
     assert first != internet.recipe("/usr/bin/python3.11", HOSTS)
     assert first != internet.recipe("/usr/bin/python3.9", HOSTS[:1])
+
+
+@pytest.mark.parametrize("host", ["", "a b", "x';rm -rf /'", "-x.org"])
+def test_a_host_that_is_not_a_dns_name_is_refused_with_the_field_named(host: str) -> None:
+    with pytest.raises(ValidationError, match="emulated_hosts"):
+        EnvSpec(python="3.9", emulated_hosts=["httpbin.org", host])

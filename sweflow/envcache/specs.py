@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import date
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from sweflow.errors import SweflowError
 
@@ -45,6 +45,10 @@ ENV_LAYER_FIELDS: tuple[str, ...] = (
 )
 _DIGEST_SCHEMA = "sweflow.envspec/1"  # bump when the digest's payload changes meaning
 _REPO_RE = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+
+
+# A DNS name (it goes into /etc/hosts, a certificate and shell lines).
+HostName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")]
 
 
 class SpecError(SweflowError):
@@ -86,7 +90,7 @@ class EnvSpec(BaseModel):
         description="conda-only packages of an environment.yml the environment goes without "
         "(optional test dependencies whose tests skip without them); the build log names them",
     )
-    emulated_hosts: list[str] = Field(
+    emulated_hosts: list[HostName] = Field(
         [],
         description="names the test suite reaches online (e.g. httpbin.org): in the test "
         "sandbox they resolve to a local httpbin over HTTP and HTTPS, its CA trusted through "
