@@ -22,7 +22,7 @@ from pathlib import Path
 from sweflow.bench import ENVCACHE, WHEELHOUSE
 from sweflow.bench.envprep import run
 from sweflow.envcache.builder import BuildOptions, EnvBuilder
-from sweflow.envcache.specs import load_specs
+from sweflow.harness.specs import load_specs
 from sweflow.instances import load_instances
 
 HERE = Path(__file__).resolve().parent

@@ -54,7 +54,7 @@ CONDA_SYSTEM_LIBRARIES = {"pydata/xarray": "apt-get update && apt-get install -y
 COMPILER = "apt-get update && apt-get install -y build-essential python3-dev"
 COMPILED = {"astropy/astropy", "matplotlib/matplotlib", "scikit-learn/scikit-learn"}
 # Hosts a repo's suite reaches online under the harness (docker with a network), emulated in the
-# offline test sandbox (sweflow.envcache.internet): requests' tests call httpbin.org and follow
+# offline test sandbox (sweflow.harness.internet): requests' tests call httpbin.org and follow
 # a redirect to www.google.co.uk.
 EMULATED_HOSTS = {"psf/requests": ["httpbin.org", "www.google.co.uk"]}
 # A pre_install command that touches the repository checkout rather than the system.

@@ -187,8 +187,8 @@ def dockerd():
         import docker
     except ImportError:
         pytest.skip("the docker SDK is not installed (pip install 'sweflow[test]')")
-    from sweflow.sandbox.base import SandboxError
     from sweflow.sandbox.docker.daemon import docker_daemon
+    from sweflow.sandbox.errors import SandboxError
 
     with contextlib.ExitStack() as stack:
         try:

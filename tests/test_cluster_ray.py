@@ -11,24 +11,91 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'sweflow[ray]')")
 
-from sweflow.cluster.executor import LocalExecutor  # noqa: E402
+from sweflow.cluster.base import Executor  # noqa: E402
+from sweflow.cluster.environments import (  # noqa: E402
+    BuildWork,
+    ValidateWork,
+    build_instances,
+    validate_instances,
+)
+from sweflow.cluster.local import LocalExecutor  # noqa: E402
 from sweflow.cluster.local_cluster import LocalCluster  # noqa: E402
 from sweflow.cluster.ray_executor import ClusterError, RayExecutor  # noqa: E402
-from sweflow.cluster.slice_run import run_slice  # noqa: E402
+from sweflow.envcache.builder import BuildOptions, BuildResult  # noqa: E402
 from sweflow.envcache.store import LayerStore  # noqa: E402
-from sweflow.envcache.work import BuildWork, ValidateWork, validate_instances  # noqa: E402
+from sweflow.envcache.validate import Validation, write_outputs  # noqa: E402
 from sweflow.grading.dataset import GradingData  # noqa: E402
+from sweflow.grading.evaluate import RunSummary, evaluate  # noqa: E402
+from sweflow.grading.predictions import gold_predictions  # noqa: E402
+from sweflow.grading.reward import Grader  # noqa: E402
+from sweflow.harness.specs import SpecTable  # noqa: E402
+from sweflow.instances import Instance  # noqa: E402
 from sweflow.ports import free_port  # noqa: E402
 from sweflow.sandbox import backend_class  # noqa: E402
 
 pytestmark = pytest.mark.slow
 DEMO = Path(__file__).parents[1] / "data" / "demo" / "tasks.jsonl"
+
+
+# Build, validate and evaluate (gold) a set of instances on one executor, as the pipeline's three
+# per-instance stages do, so that the files of a Ray run and of a local run can be compared.
+RUN_ID = "gold"
+
+
+@dataclass
+class SliceRun:
+    built: list[BuildResult]
+    validated: list[Validation]
+    evaluated: RunSummary
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage
+
+    def reports(self, out: Path) -> dict[str, bytes]:
+        """The files that must be equal between executors: the validated dataset, each
+        instance's report.json and the run's summary (logs carry timestamps, reports not)."""
+        files = [out / "validate" / "validated.jsonl", self.evaluated.report_path]
+        files += sorted((out / "eval").rglob("report.json"))
+        return {str(path.relative_to(out)): path.read_bytes() for path in files}
+
+
+def run_slice(
+    executor: Executor,
+    specs: SpecTable,
+    options: BuildOptions,
+    instances: list[Instance],
+    out: Path,
+) -> SliceRun:
+    """The three stages on ``executor``, files under ``out`` (validate/, eval/)."""
+    build = BuildWork(specs, options)
+    seconds: dict[str, float] = {}
+    start = time.monotonic()
+    built = build_instances(executor, build, instances)
+    seconds["build"] = time.monotonic() - start
+    start = time.monotonic()
+    checks = out / "validate"
+    validated = validate_instances(executor, ValidateWork(build), instances, checks / "logs")
+    write_outputs(validated, instances, checks / "validated.jsonl", checks)
+    seconds["validate"] = time.monotonic() - start
+    start = time.monotonic()
+    evaluated = evaluate(
+        Grader(options.store, specs),
+        instances,
+        gold_predictions(instances),
+        RUN_ID,
+        root=out / "eval",
+        report_dir=out / "eval",
+        max_workers=options.max_workers,
+        executor=executor,
+        build=build,
+    )
+    seconds["evaluate"] = time.monotonic() - start
+    return SliceRun(built, validated, evaluated, seconds)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +124,7 @@ def test_a_ray_run_leaves_the_reports_of_a_local_run(cluster, demo, tmp_path: Pa
     local_store, ray_store = tmp_path / "local-store", tmp_path / "ray-store"
     local = run_slice(LocalExecutor(local_store), data.specs, _options(data, local_store),
                       instances, tmp_path / "local")  # fmt: skip
-    executor = RayExecutor(cluster.address, ray_store)
+    executor = RayExecutor(address=cluster.address, store=ray_store)
     on_ray = run_slice(executor, data.specs, _options(data, ray_store), instances, tmp_path / "ray")
 
     assert [r.status for r in local.built] == [r.status for r in on_ray.built] == ["built"] * 4
@@ -77,7 +144,7 @@ def test_a_ray_run_leaves_the_reports_of_a_local_run(cluster, demo, tmp_path: Pa
 def test_layers_move_between_nodes_by_digest(cluster, demo, tmp_path: Path) -> None:
     """An instance built on one node is validated on the other: its layers are fetched."""
     data, instances = demo
-    executor = RayExecutor(cluster.address, tmp_path / "store")
+    executor = RayExecutor(address=cluster.address, store=tmp_path / "store")
     head, second = (LayerStore(node.store) for node in cluster.nodes)
     only_head = [i for i in instances if head.has_instance(i.instance_id)
                  and not second.has_instance(i.instance_id)]  # fmt: skip
@@ -104,7 +171,7 @@ def test_layers_move_between_nodes_by_digest(cluster, demo, tmp_path: Path) -> N
 def test_a_node_dying_mid_run_has_its_work_retried(cluster, demo, tmp_path: Path) -> None:
     data, instances = demo
     victim = cluster.add_node("victim", slots=1)
-    executor = RayExecutor(cluster.address, tmp_path / "store", max_retries=2)
+    executor = RayExecutor(address=cluster.address, store=tmp_path / "store", max_retries=2)
     work = ValidateWork(BuildWork(data.specs, _options(data, tmp_path / "store")), runs=3)
     results: list = []
     runner = threading.Thread(
@@ -138,15 +205,15 @@ def test_a_node_dying_mid_run_has_its_work_retried(cluster, demo, tmp_path: Path
 def test_an_address_that_does_not_answer_is_an_error_within_seconds(tmp_path: Path) -> None:
     start = time.monotonic()
     with pytest.raises(ClusterError, match="no Ray cluster answers at 127.0.0.1"):
-        RayExecutor(f"127.0.0.1:{free_port()}", tmp_path)
+        RayExecutor(tmp_path, address=f"127.0.0.1:{free_port()}")
     assert time.monotonic() - start < 10
 
 
 def test_work_no_node_can_take_waits_then_fails(cluster, demo, tmp_path: Path) -> None:
     data, instances = demo
     lines: list[str] = []
-    executor = RayExecutor(cluster.address, tmp_path, slots_per_task=64, wait_timeout_s=8,
-                           notify=lines.append)  # fmt: skip
+    executor = RayExecutor(tmp_path, address=cluster.address, slots_per_task=64,
+                           wait_timeout_s=8, notify=lines.append)  # fmt: skip
     build = BuildWork(data.specs, _options(data, tmp_path))
     with pytest.raises(ClusterError, match=r"waited \d+ s and none could start.*64 sweflow_slot"):
         executor.map(build, instances[:1], [tmp_path], keys=["x"], max_workers=1)
@@ -282,7 +349,7 @@ def test_synthesis_tries_candidates_on_the_cluster(
         return config.out
 
     local = synthesize("local")
-    executor = RayExecutor(cluster.address, tmp_path / "ray-work" / "store")
+    executor = RayExecutor(address=cluster.address, store=tmp_path / "ray-work" / "store")
     on_ray = synthesize("ray", executor)
     assert on_ray.read_bytes() == local.read_bytes() and local.read_text().count("\n") == 2
     assert len({executor.node_of(key) for key in executor.placed}) >= 2, "both nodes worked"
@@ -291,10 +358,9 @@ def test_synthesis_tries_candidates_on_the_cluster(
 
 def _built_on_nodes(cluster, demo, tmp_path: Path) -> RayExecutor:
     """A Ray executor whose nodes hold the demo slice (built there, or found)."""
-    from sweflow.envcache.work import build_instances
 
     data, instances = demo
-    executor = RayExecutor(cluster.address, tmp_path / "store")
+    executor = RayExecutor(address=cluster.address, store=tmp_path / "store")
     built = build_instances(executor, BuildWork(data.specs, _options(data, tmp_path)), instances)
     assert {r.status for r in built} <= {"built", "cached"}
     return executor
@@ -303,12 +369,11 @@ def _built_on_nodes(cluster, demo, tmp_path: Path) -> RayExecutor:
 def test_a_sandbox_on_a_node_keeps_the_sandbox_protocol(cluster, demo, tmp_path: Path) -> None:
     """RemoteSandbox: an actor on a node with a free slot holds the sandbox, opened on that
     node's store; exec, files, diff, errors and close behave as the local backend's."""
-    from sweflow.cluster.remote_sandbox import RemoteSandbox
     from sweflow.sandbox import SandboxFileError, SandboxStartError
 
     executor = _built_on_nodes(cluster, demo, tmp_path)
     instance = demo[1][0]
-    with RemoteSandbox(executor, instance.instance_id, "local") as sandbox:
+    with executor.open_sandbox(instance.instance_id, "local") as sandbox:
         assert sandbox.spec.workdir == "/testbed"
         assert sandbox.exec("cd /tmp && export X=1").ok
         assert sandbox.exec("pwd; echo $X").output.split() == ["/tmp", "1"]
@@ -322,7 +387,7 @@ def test_a_sandbox_on_a_node_keeps_the_sandbox_protocol(cluster, demo, tmp_path:
     with pytest.raises(ray.exceptions.RayActorError):  # closed: the actor is gone
         ray.get(actor.spec.remote())
     with pytest.raises(SandboxStartError, match="nobody__built-this: the sandbox did not open"):
-        RemoteSandbox(executor, "nobody__built-this", "local")
+        executor.open_sandbox("nobody__built-this", "local")
 
 
 def test_rl_episodes_run_their_sandboxes_and_gradings_on_the_nodes(
@@ -337,12 +402,12 @@ def test_rl_episodes_run_their_sandboxes_and_gradings_on_the_nodes(
     from sweflow.grading import Grader
     from sweflow.training.chat import ChatEncoder
     from sweflow.training.episode import run_episode
-    from sweflow.training.rl import cluster_env
+    from sweflow.training.rl import episode_env
     from sweflow.training.rl_config import RLConfig
 
     data, instances = demo
     executor = _built_on_nodes(cluster, demo, tmp_path)
-    env = cluster_env(executor, Grader(tmp_path / "store", data.specs),
+    env = episode_env(executor, Grader(tmp_path / "store", data.specs),
                       AgentConfig(tool_mode="text", max_steps=3), "local")  # fmt: skip
     encoder = ChatEncoder(tiny_smollm2)
     eos = encoder.tokenizer.eos_token_id

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sweflow.envcache.builder import BuildOptions, EnvBuilder
-from sweflow.envcache.specs import load_specs
 from sweflow.envcache.validate import validate
+from sweflow.harness.specs import load_specs
 from sweflow.instances import Instance, load_instances
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"

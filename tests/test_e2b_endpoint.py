@@ -28,7 +28,7 @@ from e2b import (  # noqa: E402
 )
 
 from sweflow.e2b_endpoint.launch import start_endpoint, stop_endpoint  # noqa: E402
-from sweflow.sandbox.local.backend import state_dir  # noqa: E402
+from sweflow.sandbox.local.state import state_dir  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 
 from sweflow.cli import app
 from sweflow.envcache.builder import BuildOptions, EnvBuilder, instance_sandbox_spec
-from sweflow.envcache.specs import load_specs
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import Prepared, judge, validate
 from sweflow.errors import SweflowError
-from sweflow.grading.evalscript import EvalRun
+from sweflow.harness.evalscript import EvalRun
+from sweflow.harness.specs import load_specs
 from sweflow.instances import Instance, load_instances
 from sweflow.sandbox import open_sandbox
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sweflow.envcache.specs import (
+from sweflow.harness.specs import (
     EnvSpec,
     SpecError,
     SpecTable,
     load_specs,
 )
-from sweflow.envcache.specs import test_command as build_test_command
+from sweflow.harness.specs import test_command as build_test_command
 
 YAML_SPECS = """\
 psf/requests:

@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 
 from sweflow.grading import Grader
-from sweflow.grading.evaluate import evaluate
-from sweflow.grading.harness import (
+from sweflow.grading.crosscheck import (
     agreement_table,
     harness_dataset,
     reports,
     run_harness,
     verdicts,
 )
+from sweflow.grading.evaluate import evaluate
 from sweflow.grading.variants import variant_predictions
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(3600)]

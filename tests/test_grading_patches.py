@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from unidiff import PatchSet
 
+from sweflow.grading.crosscheck import agreement_table
 from sweflow.grading.evaluate import Outcome, markdown_summary
-from sweflow.grading.harness import agreement_table
 from sweflow.grading.patches import edited_tests, failure_kind, is_empty, is_test_path
 from sweflow.grading.predictions import PredictionsError, load_predictions
 from sweflow.grading.variants import MALFORMED, VARIANTS

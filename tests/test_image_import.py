@@ -716,8 +716,8 @@ def test_an_instance_built_on_an_image_archive_validates(
     """`base: docker-archive:...`: the image's layers are the base, the environment and the
     instance are built on them, and the gold patch validates as on a Debian base."""
     from sweflow.envcache.builder import BuildOptions, EnvBuilder
-    from sweflow.envcache.specs import load_specs
     from sweflow.envcache.validate import validate_one
+    from sweflow.harness.specs import load_specs
     from sweflow.instances import load_instances
 
     data = Path(__file__).parent / "data" / "envcache"
@@ -748,8 +748,8 @@ def test_a_row_with_an_image_runs_on_that_image_unchanged(
     """`--images FOLDER`: a row naming an image gets that image's layers as they are (no build),
     the eval script enters the environment the image holds, and the gold patch validates."""
     from sweflow.envcache.builder import VENV_ACTIVATE, BuildOptions, EnvBuilder
-    from sweflow.envcache.specs import load_specs
     from sweflow.envcache.validate import validate_one
+    from sweflow.harness.specs import load_specs
     from sweflow.instances import load_instances
     from sweflow.sandbox.layertar import write_layer_tar
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sweflow.envcache import internet
-from sweflow.envcache.specs import EnvSpec
-from sweflow.grading.evalscript import make_eval_script
+from sweflow.harness import internet
+from sweflow.harness.evalscript import make_eval_script
+from sweflow.harness.specs import EnvSpec
 from sweflow.instances import Instance
 from sweflow.sandbox import Bind, SandboxSpec, open_sandbox
 

@@ -22,8 +22,8 @@ import pytest
 
 from sweflow.envcache.builder import BuildOptions, EnvBuilder
 from sweflow.envcache.pypi_cutoff import html_page, kept_files, shared_index
-from sweflow.envcache.specs import EnvSpec, SpecTable
 from sweflow.envcache.store import LayerStore
+from sweflow.harness.specs import EnvSpec, SpecTable
 from sweflow.instances import load_instances
 
 DATA = Path(__file__).parent / "data" / "envcache"

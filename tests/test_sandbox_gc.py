@@ -12,9 +12,9 @@ from pathlib import Path
 
 from sweflow.sandbox import SandboxSpec, open_sandbox
 from sweflow.sandbox.local import hostroot
-from sweflow.sandbox.local.backend import state_dir
 from sweflow.sandbox.local.gc import collect_garbage
 from sweflow.sandbox.local.leaks import leftovers
+from sweflow.sandbox.local.state import state_dir
 from sweflow.sandbox.mounts import mount_points
 from sweflow.sandbox.procs import running
 

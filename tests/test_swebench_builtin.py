@@ -29,9 +29,9 @@ from sweflow.envcache.requirements import (
     inline_requirements,
     read_repo_file,
 )
-from sweflow.envcache.specs import BUILTIN_SPECS, default_specs, load_specs
 from sweflow.envcache.store import Layer
-from sweflow.grading.evalscript import make_eval_script, test_directives, test_spec_for
+from sweflow.harness.evalscript import make_eval_script, test_directives, test_spec_for
+from sweflow.harness.specs import BUILTIN_SPECS, default_specs, load_specs
 from sweflow.instances import load_instances
 
 DATA = Path(__file__).parent / "data" / "swebench"

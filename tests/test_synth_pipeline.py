@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sweflow.cli import app
-from sweflow.envcache.specs import load_specs
+from sweflow.harness.specs import load_specs
 from sweflow.instances import load_instances
 from sweflow.synth.config import SynthConfig
 from sweflow.synth.sources import SourceError

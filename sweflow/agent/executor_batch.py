@@ -26,7 +26,7 @@ from sweflow.agent.runner import (
     trajectory_path,
 )
 from sweflow.agent.trajectory import Trajectory
-from sweflow.cluster.executor import Executor, Node
+from sweflow.cluster.base import Executor, Node
 from sweflow.envcache.builder import instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader

@@ -15,7 +15,7 @@ from sweflow.agent.config import ToolMode
 from sweflow.agent.export import write_predictions, write_sft
 from sweflow.agent.runner import Batch
 from sweflow.agent.trajectory import Trajectory
-from sweflow.envcache.specs import SpecTable
+from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 
 if TYPE_CHECKING:

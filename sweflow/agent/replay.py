@@ -29,8 +29,8 @@ from sweflow.agent.actions import Action
 from sweflow.agent.client import Completion
 from sweflow.agent.config import ToolMode
 from sweflow.agent.tools import BASH, EDITOR, SUBMIT
-from sweflow.envcache.specs import SpecError, SpecTable
 from sweflow.errors import ConfigError
+from sweflow.harness.specs import SpecError, SpecTable
 from sweflow.instances import Instance
 
 CONTEXT_LINES = 6  # shown around a hunk by the view before its edit

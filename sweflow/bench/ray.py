@@ -27,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
-from sweflow.cluster.executor import Executor, LocalExecutor, Node
+from sweflow.cluster.base import Executor, Node
+from sweflow.cluster.local import LocalExecutor
 from sweflow.cluster.local_cluster import LocalCluster
 from sweflow.envcache.builder import instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
@@ -79,13 +80,11 @@ def _sandbox_cycle(open_one: Callable[[], Sandbox], steps: int) -> tuple[float, 
 
 
 def _episode_sandboxes(executor, store: Path, instance_id: str, cycles: int) -> dict:
-    from sweflow.cluster.remote_sandbox import RemoteSandbox
-
     spec = instance_sandbox_spec(LayerStore(store), instance_id)
     local, remote = [], []
     for _ in range(cycles):
         local.append(_sandbox_cycle(lambda: open_sandbox(spec), 20))
-        remote.append(_sandbox_cycle(lambda: RemoteSandbox(executor, instance_id, "local"), 20))
+        remote.append(_sandbox_cycle(lambda: executor.open_sandbox(instance_id, "local"), 20))
 
     def p50_ms(runs: list[tuple[float, float]], index: int) -> float:
         return statistics.median(run[index] for run in runs) * 1000
@@ -115,7 +114,7 @@ def run(quick: bool = False, progress: Progress = print) -> dict:
         with LocalCluster(root) as cluster:
             progress("starting a Ray head (2 sandbox slots) on this machine")
             cluster.add_node("head", slots=SLOTS, store=store)
-            ray_executor = RayExecutor(cluster.address, store)
+            ray_executor = RayExecutor(store, address=cluster.address)
             local_executor = LocalExecutor(store)
             local, ray_s, noop_local, noop_ray = [], [], [], []
             progress("warm-up: both executors grade once (imports, Ray's worker processes)")
@@ -132,7 +131,7 @@ def run(quick: bool = False, progress: Progress = print) -> dict:
             episode = _episode_sandboxes(ray_executor, store, instances[0].instance_id, reps * 2)
             progress("a second node joins with an empty store")
             cluster.add_node("second", slots=SLOTS)
-            two = RayExecutor(cluster.address, store)
+            two = RayExecutor(store, address=cluster.address)
             _grade_all(two, data, instances, root / "warm")  # the second node fetches
             moved = list(two.moved.values())
             two_nodes = statistics.median(

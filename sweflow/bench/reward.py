@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sweflow.envcache.specs import EnvSpec, test_command
 from sweflow.grading.dataset import GradingData
-from sweflow.grading.evalscript import patch_files
 from sweflow.grading.predictions import Prediction
 from sweflow.grading.reward import Grader
 from sweflow.grading.variants import variant_predictions
+from sweflow.harness.evalscript import patch_files
+from sweflow.harness.specs import EnvSpec, test_command
 from sweflow.instances import Instance
 
 Progress = Callable[[str], None]
@@ -135,7 +135,7 @@ def _bare(data, grader, by_id, preds, reps, progress) -> tuple[list[float], list
 def _harness(data, grader, preds_by_kind, root: Path, progress) -> list[float]:
     import docker
 
-    from sweflow.grading.harness import harness_dataset, instance_seconds, run_harness
+    from sweflow.grading.crosscheck import harness_dataset, instance_seconds, run_harness
     from sweflow.sandbox.docker.daemon import docker_daemon
 
     instances = [i for i in data.instances if any(p.instance_id == i.instance_id

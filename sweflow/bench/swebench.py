@@ -30,9 +30,9 @@ from pathlib import Path
 from sweflow.bench import REPO, BenchError, bench_root
 from sweflow.envcache.builder import BuildOptions, EnvBuilder
 from sweflow.envcache.repos import RepoError, RepoSource
-from sweflow.envcache.specs import default_specs, load_specs
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import validate_one
+from sweflow.harness.specs import default_specs, load_specs
 from sweflow.instances import Instance, beside_dataset, load_instances
 from sweflow.sandbox.tracking import interruptible_map
 

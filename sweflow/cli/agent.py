@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from sweflow.agent import AgentConfig, Batch, ModelConfig, Trajectory
     from sweflow.agent.executor_batch import ExecutorBatch
     from sweflow.agent.jobs import JobSummary
-    from sweflow.cluster.executor import Executor
+    from sweflow.cluster.base import Executor
     from sweflow.envcache.builder import EnvBuilder
     from sweflow.instances import Instance
 

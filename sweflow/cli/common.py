@@ -189,9 +189,9 @@ RayOption = typer.Option(
 
 def cli_executor(ray: str | None, store: Path):
     """The executor of ``--ray`` (this process's threads without it)."""
-    from sweflow.cluster.executor import make_executor
+    from sweflow.cluster.executors import make_executor
 
     if ray is None:
         return make_executor("local", store)
     address = None if ray == "local" else ray
-    return make_executor("ray", store, address=address, notify=lambda line: console.print(line))
+    return make_executor("ray", store, address=address, notify=console.print)

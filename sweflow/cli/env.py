@@ -23,7 +23,7 @@ from sweflow.cli.common import (
 from sweflow.errors import SweflowError
 
 if TYPE_CHECKING:
-    from sweflow.cluster.executor import Executor
+    from sweflow.cluster.base import Executor
     from sweflow.envcache.builder import BuildResult, EnvBuilder
     from sweflow.instances import Instance
 
@@ -116,8 +116,8 @@ def make_builder(
     images: str | None = None,
 ) -> EnvBuilder:
     from sweflow.envcache.builder import BuildOptions, EnvBuilder
-    from sweflow.envcache.specs import default_specs, load_specs
     from sweflow.grading.dataset import bundle_mirror
+    from sweflow.harness.specs import default_specs, load_specs
 
     specs_path = specs or default_specs(dataset)
     if mirror is None and repo is None and repo_url is None and Path(dataset).exists():
@@ -156,7 +156,7 @@ class DatasetArgs:
         return load_dataset_rows(self.dataset, self.split, self.instances)
 
     def specs_path(self) -> Path:
-        from sweflow.envcache.specs import default_specs
+        from sweflow.harness.specs import default_specs
 
         return self.specs or default_specs(self.dataset)
 
@@ -192,8 +192,8 @@ def build_with_progress(
     builder: EnvBuilder, instances: list[Instance], executor: Executor | None = None
 ) -> list[BuildResult]:
     """Build on ``executor`` (this process's threads by default) with a progress bar."""
-    from sweflow.cluster.executor import LocalExecutor
-    from sweflow.envcache.work import BuildWork, build_instances
+    from sweflow.cluster.environments import BuildWork, build_instances
+    from sweflow.cluster.local import LocalExecutor
 
     executor = executor or LocalExecutor(builder.store.root)
     with _progress() as bar:
@@ -282,8 +282,8 @@ def env_validate(
       sweflow env validate -d data/demo --store store/ --out valid.jsonl --report report/ --runs 2
       sweflow env validate -d data/demo --store store/ --out v.jsonl --report r/ --ray auto
     """
+    from sweflow.cluster.environments import BuildWork, ValidateWork, validate_instances
     from sweflow.envcache.validate import write_outputs
-    from sweflow.envcache.work import BuildWork, ValidateWork, validate_instances
 
     rows = data.rows()
     builder = data.builder()

@@ -59,7 +59,7 @@ def eval_command(
       sweflow eval -d data/demo/tasks.jsonl --store store/ -p preds.json --run-id r1 -b docker
       sweflow eval -d data/demo --store store/ -p gold --run-id gold --ray 127.0.0.1:6379
     """
-    from sweflow.envcache.work import BuildWork
+    from sweflow.cluster.environments import BuildWork
     from sweflow.grading.evaluate import evaluate
     from sweflow.grading.predictions import load_predictions
     from sweflow.grading.reward import Grader

@@ -3,10 +3,9 @@
 - Placement: each task asks for ``slots_per_task`` of the custom resource ``sweflow_slot``
   (``sweflow ray start`` gives a node one slot per core, fewer when memory is short) and no CPU,
   so a node runs as many sandboxes at once as it has slots.
-- Stores: a node's work uses the store named by the node's ``SWEFLOW_NODE_STORE`` (set by
-  ``sweflow ray start --store``), else the stage's store (one machine, or a shared filesystem).
-  One ``StoreServer`` actor per node serves its manifests and layers; a node that lacks an
-  instance asks the others (sweflow.cluster.layers) before building it itself.
+- Stores: a node's work uses the node's own store (sweflow.cluster.ray_nodes), else the stage's
+  store (one machine, or a shared filesystem); a node that lacks an instance asks the others
+  before building it itself.
 - Files: a task works in a scratch folder on its node; the files it leaves come back with its
   result and are written under the ``out`` the stage asked for, paths in the result rewritten,
   so a Ray run leaves the files of a local run.
@@ -34,9 +33,11 @@ from pydantic import BaseModel
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from sweflow.cluster import layers
-from sweflow.cluster.executor import Node, Retry
-from sweflow.cluster.node import NODE_NAME_ENV, NODE_STORE_ENV, SLOT, default_slots
-from sweflow.envcache.store import LayerInfo, LayerStore
+from sweflow.cluster.base import Node, Retry
+from sweflow.cluster.node import SLOT, default_slots
+from sweflow.cluster.ray_nodes import Ledger, NodeStores, StoreServer, node_name
+from sweflow.cluster.remote_sandbox import RemoteSandbox, run_on_node
+from sweflow.envcache.store import LayerStore
 from sweflow.errors import ConfigError, SweflowError
 from sweflow.sandbox import tracking
 
@@ -47,109 +48,20 @@ class ClusterError(SweflowError):
     """The cluster cannot run the work: no answer, no node with slots, or work that waits."""
 
 
-def _node_name() -> str:
-    return os.environ.get(NODE_NAME_ENV) or ray.get_runtime_context().get_node_id()[:8]
-
-
-def node_store(default: Path) -> Path:
-    """The store of the node this runs on (``sweflow ray start --store``), else ``default``."""
-    return Path(os.environ.get(NODE_STORE_ENV) or default)
-
-
-class StoreServer:
-    """One per node: that node's manifests and layers, for the other nodes."""
-
-    def __init__(self, default_store: str) -> None:
-        self.store = LayerStore(node_store(Path(default_store)))
-
-    def describe(self) -> tuple[str, str]:
-        return _node_name(), str(self.store.root)
-
-    def manifest(self, instance_id: str):
-        if not self.store.has_instance(instance_id):
-            return None
-        return self.store.read_manifest(instance_id)
-
-    def info(self, digest: str) -> LayerInfo:
-        return self.store.layer_info(digest)
-
-    def layer(self, digest: str) -> layers.LayerPayload:
-        return layers.export_layer(self.store, digest)
-
-
-class Ledger:
-    """Attempts and transfers of the current map, kept on the driver's node."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.attempts: dict[str, list[tuple[str, str]]] = {}  # key: [(node name, node id)]
-        self.running: set[str] = set()
-        self.moved: dict[str, layers.Moved] = {}
-
-    def start(self, key: str, node: str, node_id: str) -> None:
-        self.attempts.setdefault(key, []).append((node, node_id))
-        self.running.add(key)
-
-    def finish(self, key: str) -> None:
-        self.running.discard(key)
-
-    def add_moved(self, key: str, moved: layers.Moved) -> None:
-        self.moved[key] = moved
-
-    def state(self) -> tuple[dict[str, list[tuple[str, str]]], set[str]]:
-        return self.attempts, self.running
-
-    def transfers(self) -> dict[str, layers.Moved]:
-        return self.moved
-
-
-def fetcher(peers: dict[str, Any], own_id: str, ledger, key: str):
-    """``Node.fetch`` on a cluster node: the first live peer that has the instance sends it."""
-
-    def fetch(store: LayerStore, instance_id: str) -> bool:
-        for node_id, peer in peers.items():
-            if node_id == own_id:
-                continue
-            try:
-                manifest = ray.get(peer.manifest.remote(instance_id))
-                if manifest is None:
-                    continue
-                moved, start = layers.Moved(), time.monotonic()
-                with store.hold():
-                    for digest in layers.missing_layers(store, manifest):
-                        if layers.link_shared_base(store, ray.get(peer.info.remote(digest))):
-                            continue
-                        payload = ray.get(peer.layer.remote(digest))
-                        layers.import_layer(store, payload)
-                        moved.layers, moved.bytes = moved.layers + 1, moved.bytes + len(payload.tar)
-                    layers.adopt_manifest(store, manifest)
-                moved.seconds = time.monotonic() - start
-                ray.get(ledger.add_moved.remote(key, moved))
-                return True
-            except ray.exceptions.RayError:  # that peer is gone: ask the next one
-                continue
-        return False
-
-    return fetch
-
-
-def _run_item(work, item, out: str, key: str, default_store: str, peers, ledger):
+def _run_item(work, item, out: str, key: str, stores: NodeStores):
     """One work item on this node, in a scratch folder whose files travel back."""
     own_id = ray.get_runtime_context().get_node_id()
-    ray.get(ledger.start.remote(key, _node_name(), own_id))
+    ray.get(stores.ledger.start.remote(key, node_name(), own_id))
     scratch = Path(tempfile.mkdtemp(prefix="sweflow-work-"))
     try:
-        node = Node(_node_name(), node_store(Path(default_store)),
-                    fetcher(peers, own_id, ledger, key))  # fmt: skip
+        node = Node(node_name(), stores.here(), stores.fetcher(own_id, key))
         result = work(item, scratch, node)
         files = {
             str(path.relative_to(scratch)): path.read_bytes()
             for path in sorted(scratch.rglob("*"))
             if path.is_file()
         }
-        return rebase(result, str(scratch), out), files, _node_name()
+        return rebase(result, str(scratch), out), files, node_name()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -187,12 +99,13 @@ class RayExecutor:
     """Work items as Ray tasks on the cluster at ``address`` (None: a Ray of this machine)."""
 
     name = "ray"
+    distributed = True
 
     def __init__(
         self,
-        address: str | None,
         store: Path,
         *,
+        address: str | None = None,
         slots_per_task: float = 1.0,
         max_retries: int = 3,
         wait_timeout_s: float = 600.0,
@@ -204,19 +117,22 @@ class RayExecutor:
                 f"max_retries not negative (got {slots_per_task}, {wait_timeout_s}, {max_retries})"
             )
         self.store = Path(store).absolute()
+        self.ray_address = address
         self.slots_per_task = slots_per_task
         self.max_retries = max_retries
         self.wait_timeout_s = wait_timeout_s
         self.notify = notify or (lambda line: print(line, file=sys.stderr))
         self.dashboard_url = self._connect(address)
         self.nodes = self._slot_nodes()
-        self.servers = {
+        servers = {
             node_id: ray.remote(StoreServer).options(num_cpus=0, scheduling_strategy=_on(node_id))
             .remote(str(self.store))
             for node_id in self.nodes
         }  # fmt: skip
         own = ray.get_runtime_context().get_node_id()
-        self.ledger = ray.remote(Ledger).options(num_cpus=0, scheduling_strategy=_on(own)).remote()
+        ledger = ray.remote(Ledger).options(num_cpus=0, scheduling_strategy=_on(own)).remote()
+        self.stores = NodeStores(str(self.store), servers, ledger)
+        self.ledger = ledger
         self._retries: list[Retry] = []
         self.moved: dict[str, layers.Moved] = {}
         self.homes: dict[str, str] = {}  # key: the node that last did it (it has the layers)
@@ -258,7 +174,7 @@ class RayExecutor:
         return f"ray: {len(self.nodes)} node(s), {slots:g} sandbox slots, {where}"
 
     def close(self) -> None:
-        for actor in [*self.servers.values(), self.ledger]:
+        for actor in [*self.stores.servers.values(), self.ledger]:
             ray.kill(actor)
 
     # -- work ---------------------------------------------------------------------------------
@@ -268,13 +184,11 @@ class RayExecutor:
             raise ValueError("items, outs and keys differ in length")
         ray.get(self.ledger.reset.remote())  # a fresh ledger per map
         task = ray.remote(_run_item)
-        placement = {"num_cpus": 0, "resources": {SLOT: self.slots_per_task},
-                     "max_retries": self.max_retries, "retry_exceptions": False}  # fmt: skip
+        placement = {**self._placement(), "retry_exceptions": False}
         work_ref = ray.put(work)
-        shared = (str(self.store), self.servers, self.ledger)
         pending = {
             task.options(**placement, scheduling_strategy=self._near(key)).remote(
-                work_ref, item, str(out), key, *shared
+                work_ref, item, str(out), key, self.stores
             ): i
             for i, (item, out, key) in enumerate(zip(items, outs, keys, strict=True))
         }
@@ -353,8 +267,20 @@ class RayExecutor:
     def bring(self, store: Path, instance_ids: list[str]) -> int:
         """Fetch into ``store`` (this process's) the instances the nodes built, for work that
         runs here (agent rollouts, RL); returns how many came."""
-        here, fetch = LayerStore(store), fetcher(self.servers, "", self.ledger, "driver")
+        here, fetch = LayerStore(store), self.stores.fetcher("", "driver")
         return sum(1 for iid in instance_ids if not here.has_instance(iid) and fetch(here, iid))
+
+    # -- loops that stay in this process ------------------------------------------------------
+    def open_sandbox(self, instance_id: str, backend: str):
+        return RemoteSandbox(self.stores, self.slots_per_task, instance_id, backend)
+
+    async def run_near(self, instance_id: str, fn):
+        return await run_on_node(self.stores, self._placement(), instance_id, fn)
+
+    def _placement(self) -> dict:
+        """A task's Ray options: sandbox slots instead of CPUs, retried where its node died."""
+        return {"num_cpus": 0, "resources": {SLOT: self.slots_per_task},
+                "max_retries": self.max_retries}  # fmt: skip
 
 
 def _on(node_id: str) -> NodeAffinitySchedulingStrategy:

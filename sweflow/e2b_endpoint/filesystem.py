@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sweflow.e2b_endpoint.registry import Live, Registry, UnknownSandbox
-from sweflow.sandbox.base import SandboxConfigError, SandboxFileError
+from sweflow.sandbox.errors import SandboxConfigError, SandboxFileError
 from sweflow.sandbox.local import fsaccess
 
 FILE_TYPES = {"file": FileType.FILE, "dir": FileType.DIRECTORY}

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from sweflow.ports import free_port
-from sweflow.sandbox.base import SandboxStartError
+from sweflow.sandbox.errors import SandboxStartError
 
 START_TIMEOUT_S = 60.0
 

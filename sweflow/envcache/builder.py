@@ -32,15 +32,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sweflow.envcache import internet, pypi_cutoff
+from sweflow.envcache import pypi_cutoff
 from sweflow.envcache.images import find_image, import_base, import_image
 from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_version
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
-from sweflow.envcache.specs import EnvSpec, SpecTable
 from sweflow.envcache.store import Layer, LayerStore, flocked
 from sweflow.envcache.validate import Prepared
 from sweflow.errors import SweflowError
-from sweflow.grading.evalscript import make_eval_script
+from sweflow.harness import internet
+from sweflow.harness.evalscript import make_eval_script
+from sweflow.harness.specs import EnvSpec, SpecTable
 from sweflow.instances import Instance
 from sweflow.paths import rootfs_cache
 from sweflow.sandbox import Bind, Limits, SandboxSpec, open_sandbox
@@ -487,7 +488,7 @@ class EnvBuilder:
             return self.store.commit(upper, "env")
 
     def _internet_layer(self, spec: EnvSpec, runtime: Runtime, layers):
-        """The emulated internet of the spec's test sandboxes (``sweflow.envcache.internet``):
+        """The emulated internet of the spec's test sandboxes (``sweflow.harness.internet``):
         its own venv, so the suite's environment stays the spec's alone; one per interpreter."""
         hosts = spec.emulated_hosts
         recipe = internet.recipe(runtime.python, hosts)

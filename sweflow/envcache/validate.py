@@ -17,7 +17,7 @@ from typing import Literal
 from swebench.harness.grading import test_failed, test_passed
 
 from sweflow.errors import ConfigError
-from sweflow.grading.evalscript import EvalRun, run_eval, test_spec_for
+from sweflow.harness.evalscript import EvalRun, run_eval, test_spec_for
 from sweflow.instances import Instance, write_jsonl
 from sweflow.sandbox import SandboxSpec, open_sandbox
 from sweflow.sandbox.tracking import interruptible_map

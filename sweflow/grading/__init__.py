@@ -7,8 +7,6 @@ result = grader.reward(instance, patch)  # RewardResult(resolved, f2p/p2p counts
 
 from __future__ import annotations
 
-# reward.py imports the environment builder only inside functions: the builder imports this
-# package's eval-script module, so a top-level import would be circular.
 from sweflow.grading.reward import Grader, GradingError, RewardResult, reward
 
 __all__ = ["Grader", "GradingError", "RewardResult", "reward"]

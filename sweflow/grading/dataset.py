@@ -14,7 +14,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
-from sweflow.envcache.specs import SpecTable, default_specs, load_specs
+from sweflow.harness.specs import SpecTable, default_specs, load_specs
 from sweflow.instances import Instance, beside_dataset, load_instances
 
 

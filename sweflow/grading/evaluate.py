@@ -23,16 +23,17 @@ from typing import TYPE_CHECKING
 
 from swebench.harness.constants import LOG_INSTANCE, LOG_REPORT, RUN_EVALUATION_LOG_DIR
 
-from sweflow.cluster.executor import Executor, LocalExecutor, Node, Retry
+from sweflow.cluster.base import Executor, Node, Retry
+from sweflow.cluster.local import LocalExecutor
 from sweflow.errors import SweflowError
 from sweflow.grading.patches import is_empty
 from sweflow.grading.predictions import Prediction
 from sweflow.grading.reward import PATCH_FILE, Grader, RewardResult
-from sweflow.grading.runlog import RunLog
+from sweflow.harness.runlog import RunLog
 from sweflow.instances import Instance
 
 if TYPE_CHECKING:
-    from sweflow.envcache.work import BuildWork
+    from sweflow.cluster.environments import BuildWork
 
 _CWD_LOCK = threading.Lock()  # make_run_report reads logs relative to the working directory
 

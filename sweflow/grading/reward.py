@@ -33,12 +33,14 @@ from swebench.harness.constants import (
 )
 from swebench.harness.grading import get_eval_report
 
-from sweflow.envcache.specs import SpecTable
+from sweflow.envcache.builder import VENV_ACTIVATE, instance_sandbox_spec
+from sweflow.envcache.store import LayerStore
 from sweflow.errors import ConfigError, SweflowError, is_infrastructure
-from sweflow.grading.apply import REPO_DIR, apply_patch
-from sweflow.grading.evalscript import make_eval_script, run_eval_script, test_spec_for
 from sweflow.grading.patches import edited_tests, failure_kind, is_empty
-from sweflow.grading.runlog import RunLog
+from sweflow.harness.apply import REPO_DIR, apply_patch
+from sweflow.harness.evalscript import make_eval_script, run_eval_script, test_spec_for
+from sweflow.harness.runlog import RunLog
+from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 from sweflow.sandbox import Limits, Sandbox, open_sandbox
 from sweflow.sandbox.backends import check_backend_name
@@ -95,8 +97,6 @@ class Grader:
         reject_test_edits: bool = False,
         limits: Limits | None = None,
     ) -> None:
-        from sweflow.envcache.store import LayerStore
-
         if timeout_s <= 0:
             raise ConfigError(f"Grader: timeout_s must be positive, got {timeout_s}")
         self.store = LayerStore(Path(store))
@@ -175,8 +175,6 @@ class Grader:
                 f"{instance.instance_id}: the row has no eval_script and no environment specs "
                 "were given to make one (pass specs=load_specs('specs.yaml'))"
             )
-        from sweflow.envcache.builder import VENV_ACTIVATE
-
         spec = self.specs.get(instance.repo, instance.version or "")
         manifest = self.store.read_manifest(instance.instance_id)
         activate = manifest.meta.get("activate", VENV_ACTIVATE) if manifest else VENV_ACTIVATE
@@ -184,8 +182,6 @@ class Grader:
 
     # -- one call ----------------------------------------------------------------------------
     def _sandbox_spec(self, instance: Instance):
-        from sweflow.envcache.builder import instance_sandbox_spec
-
         try:
             return instance_sandbox_spec(self.store, instance.instance_id, limits=self.limits)
         except SweflowError as exc:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
+from sweflow.cluster.executors import DEFAULT_EXECUTOR, ExecutorName
 from sweflow.configfile import apply_overrides, read_yaml_mapping, validate_model
 from sweflow.errors import ConfigError
 from sweflow.pipeline.registry import BY_NAME, STAGES
@@ -42,8 +43,10 @@ class PipelineBase(Section):
     stages: list[Stage] = Field(default_factory=lambda: list(STAGE_NAMES))
     force: list[Stage] = Field(default_factory=list, description="re-run despite the cache")
     retries: int = Field(2, ge=0, description="retries of infrastructure failures per stage")
-    executor: Literal["local", "ray"] = Field(
-        "local", description="where build, validate and evaluate run their instances"
+    executor: ExecutorName = Field(
+        DEFAULT_EXECUTOR,
+        description="where per-instance work runs (builds, validations, gradings, agent runs); "
+        "its options are the config section of the same name, when there is one",
     )
     ray: RaySection = Field(default_factory=RaySection)
     dataset: DatasetSection = Field(default_factory=DatasetSection)
@@ -55,6 +58,11 @@ class PipelineBase(Section):
 
     def store(self) -> Path:
         return self.envs.store or self.run_dir / "store"
+
+    def executor_options(self) -> dict:
+        """The options of the configured executor: its section (``ray:``), if it has one."""
+        section = getattr(self, self.executor, None)
+        return section.model_dump() if isinstance(section, Section) else {}
 
     def needed(self, targets: Sequence[str]) -> list[str]:
         """The targets and every stage they read from, in pipeline order: their upstream, and

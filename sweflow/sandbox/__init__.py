@@ -21,15 +21,15 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "BACKENDS": "backends",
     "DEFAULT_BACKEND": "backends",
-    "backend_class": "backends",
+    "backend_class": "base",
     "backends_help": "backends",
     "ExecResult": "base",
     "Sandbox": "base",
-    "SandboxConfigError": "base",
-    "SandboxCrashError": "base",
-    "SandboxError": "base",
-    "SandboxFileError": "base",
-    "SandboxStartError": "base",
+    "SandboxConfigError": "errors",
+    "SandboxCrashError": "errors",
+    "SandboxError": "errors",
+    "SandboxFileError": "errors",
+    "SandboxStartError": "errors",
     "Bind": "spec",
     "Limits": "spec",
     "SandboxSpec": "spec",
@@ -44,7 +44,7 @@ def open_sandbox(spec: SandboxSpec, backend: str = DEFAULT_BACKEND) -> Sandbox:
     The sandbox is tracked, so that Ctrl-C in :func:`~sweflow.sandbox.tracking.interruptible_map`
     closes it."""
     from sweflow.sandbox import tracking
-    from sweflow.sandbox.backends import backend_class
+    from sweflow.sandbox.base import backend_class
 
     tracking.refuse_if_interrupted()
     return tracking.track(backend_class(backend)(spec))

@@ -9,11 +9,7 @@ mini-swe-agent does with its environments.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sweflow.sandbox.base import Sandbox
+from sweflow.sandbox.errors import SandboxConfigError
 
 BACKENDS: dict[str, str] = {
     "local": "sweflow.sandbox.local:LocalSandbox",
@@ -28,7 +24,9 @@ def backends_help() -> str:
     return f"{' | '.join(BACKENDS)}, or a dotted path to a Sandbox class"
 
 
-def _split(path: str) -> tuple[str, str]:
+def import_path(name: str) -> tuple[str, str]:
+    """The module and attribute a registered name or a dotted path points at."""
+    path = BACKENDS.get(name, name)
     module, sep, attr = path.partition(":")
     if not sep:
         module, _, attr = path.rpartition(".")
@@ -39,26 +37,9 @@ def check_backend_name(name: str) -> str:
     """``name`` if it is registered or looks like ``module.Class``; imports nothing."""
     if name in BACKENDS:
         return name
-    module, attr = _split(name)
+    module, attr = import_path(name)
     if not module or not attr.isidentifier():
-        from sweflow.sandbox.base import SandboxConfigError  # not before: the CLI starts fast
-
         raise SandboxConfigError(
             f"unknown sandbox backend {name!r}; choose one of {backends_help()}"
         )
     return name
-
-
-def backend_class(name: str) -> type[Sandbox]:
-    """The Sandbox class of a registered name or a dotted path, imported now."""
-    from sweflow.sandbox.base import Sandbox, SandboxConfigError
-
-    check_backend_name(name)
-    module_name, attr = _split(BACKENDS.get(name, name))
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise SandboxConfigError(f"sandbox backend {name!r} cannot be imported: {exc}") from exc
-    if not (isinstance(cls, type) and issubclass(cls, Sandbox)):
-        raise SandboxConfigError(f"sandbox backend {name!r} is not a Sandbox class")
-    return cls

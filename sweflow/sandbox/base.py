@@ -7,37 +7,15 @@ an asyncio agent loop can keep hundreds of sandboxes busy without blocking its e
 from __future__ import annotations
 
 import asyncio
+import importlib
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import TracebackType
 
-from sweflow.errors import ConfigError, InfrastructureError, SweflowError
+from sweflow.sandbox.backends import check_backend_name, import_path
+from sweflow.sandbox.errors import SandboxConfigError, SandboxFileError
 from sweflow.sandbox.spec import SandboxSpec
-
-
-class SandboxError(SweflowError):
-    """A sandbox could not be opened or used (the message says what is missing).
-
-    Raised as one of its subclasses, which tell a caller whether to retry.
-    """
-
-
-class SandboxConfigError(SandboxError, ConfigError):
-    """The spec, the backend or a call's arguments cannot work here: retrying changes nothing."""
-
-
-class SandboxFileError(SandboxError):
-    """A read or write of one path failed (missing, not a regular file, too large): the caller's
-    business (the agent's editor shows it to the model), not a fault of the sandbox."""
-
-
-class SandboxStartError(SandboxError, InfrastructureError):
-    """The sandbox would not start (init failed, daemon unreachable, no answer in time)."""
-
-
-class SandboxCrashError(SandboxError, InfrastructureError):
-    """The sandbox died, was closed or lost its shell while in use."""
 
 
 @dataclass(frozen=True)
@@ -236,3 +214,16 @@ class Sandbox(ABC):
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+def backend_class(name: str) -> type[Sandbox]:
+    """The Sandbox class of a registered backend name or a dotted path, imported now."""
+    check_backend_name(name)
+    module_name, attr = import_path(name)
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise SandboxConfigError(f"sandbox backend {name!r} cannot be imported: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Sandbox)):
+        raise SandboxConfigError(f"sandbox backend {name!r} is not a Sandbox class")
+    return cls

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sweflow.paths import cache_root
-from sweflow.sandbox.base import SandboxConfigError
+from sweflow.sandbox.errors import SandboxConfigError
 
 ROOTFS_MARKER = ".sweflow-rootfs.json"
 _OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")

@@ -13,7 +13,8 @@ import os
 import re
 import time
 
-from sweflow.sandbox.base import ExecResult, SandboxConfigError, wrap_command
+from sweflow.sandbox.base import ExecResult, wrap_command
+from sweflow.sandbox.errors import SandboxConfigError
 from sweflow.sandbox.spec import Limits
 
 STATE_FILE = "/dev/shm/.sweflow-shell-state"

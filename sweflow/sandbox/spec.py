@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from sweflow.sandbox.backends import BACKENDS, backends_help, check_backend_name
+from sweflow.sandbox.errors import SandboxConfigError
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -120,8 +121,6 @@ class SandboxSpec(BaseModel):
 
 
 def _backend_name(name: str) -> str:
-    from sweflow.sandbox.base import SandboxConfigError
-
     try:
         return check_backend_name(name)
     except SandboxConfigError as exc:

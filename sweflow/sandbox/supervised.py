@@ -25,7 +25,8 @@ import threading
 import time
 from abc import abstractmethod
 
-from sweflow.sandbox.base import TIMEOUT_EXIT_CODE, ExecResult, Sandbox, SandboxCrashError
+from sweflow.sandbox.base import TIMEOUT_EXIT_CODE, ExecResult, Sandbox
+from sweflow.sandbox.errors import SandboxCrashError
 from sweflow.sandbox.procs import now_ticks
 from sweflow.sandbox.shell import MarkerScanner, ShellCommand
 

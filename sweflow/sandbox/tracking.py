@@ -32,7 +32,7 @@ _interrupted = threading.Event()
 def refuse_if_interrupted() -> None:
     """Raise SandboxStartError while an interrupt is closing this process's sandboxes."""
     if _interrupted.is_set():
-        from sweflow.sandbox.base import SandboxStartError
+        from sweflow.sandbox.errors import SandboxStartError
 
         raise SandboxStartError("interrupted: no new sandbox is opened")
 

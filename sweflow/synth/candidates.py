@@ -16,10 +16,10 @@ from typing import Literal
 
 import libcst as cst
 
-from sweflow.cluster.executor import Node
-from sweflow.envcache.specs import EnvSpec
-from sweflow.envcache.work import BuildWork
+from sweflow.cluster.base import Node
+from sweflow.cluster.environments import BuildWork
 from sweflow.errors import SweflowError
+from sweflow.harness.specs import EnvSpec
 from sweflow.instances import Instance
 from sweflow.sandbox import SandboxSpec, open_sandbox
 from sweflow.synth.operators import OPERATORS, apply_site, find_sites

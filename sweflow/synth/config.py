@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sweflow.configfile import read_yaml_mapping, validate_model
-from sweflow.envcache.specs import EnvSpec
 from sweflow.errors import SweflowError
+from sweflow.harness.specs import EnvSpec
 from sweflow.synth.operators import OPERATORS
 
 # The environment of a pure-Python project tested with pytest, pinned so that builds repeat

@@ -24,11 +24,12 @@ from pathlib import Path
 
 import yaml
 
-from sweflow.cluster.executor import Executor, LocalExecutor
+from sweflow.cluster.base import Executor
+from sweflow.cluster.environments import BuildWork, ValidateWork, validate_instances
+from sweflow.cluster.local import LocalExecutor
 from sweflow.envcache.builder import BuildOptions, EnvBuilder
-from sweflow.envcache.specs import EnvSpec, SpecTable
-from sweflow.envcache.work import BuildWork, ValidateWork, validate_instances
 from sweflow.errors import SweflowError
+from sweflow.harness.specs import EnvSpec, SpecTable
 from sweflow.instances import Instance, write_jsonl
 from sweflow.sandbox import open_sandbox
 from sweflow.synth.candidates import (

@@ -14,8 +14,8 @@ import re
 import tempfile
 from dataclasses import dataclass
 
-from sweflow.envcache.specs import EnvSpec
-from sweflow.grading.evalscript import DEFAULT_EVAL_TYPE, DEFAULT_LOG_PARSER, make_eval_script
+from sweflow.harness.evalscript import DEFAULT_EVAL_TYPE, DEFAULT_LOG_PARSER, make_eval_script
+from sweflow.harness.specs import EnvSpec
 from sweflow.instances import Instance
 from sweflow.synth.sources import SourceRepo, git
 

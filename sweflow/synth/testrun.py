@@ -14,7 +14,7 @@ from pathlib import Path
 from swebench.harness.constants import TestStatus
 from swebench.harness.log_parsers import PARSER_REGISTRY
 
-from sweflow.envcache.specs import EnvSpec, test_command
+from sweflow.harness.specs import EnvSpec, test_command
 from sweflow.sandbox import Sandbox
 
 WIDE = {"COLUMNS": "400"}

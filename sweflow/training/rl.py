@@ -12,6 +12,7 @@ PNG. Checkpoints every ``checkpoint_every`` steps; a killed run resumes from the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shutil
@@ -22,11 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweflow.agent.config import AgentConfig
-from sweflow.envcache.builder import instance_sandbox_spec
-from sweflow.envcache.specs import load_specs
-from sweflow.envcache.store import LayerStore
+from sweflow.cluster.local import LocalExecutor
 from sweflow.errors import SweflowError
 from sweflow.grading import Grader
+from sweflow.harness.specs import load_specs
 from sweflow.instances import Instance
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.episode import EpisodeEnv
@@ -42,7 +42,7 @@ from sweflow.training.rl_trl import (
 from sweflow.training.sft import folder_digest, work_lock
 
 if TYPE_CHECKING:
-    from sweflow.cluster.executor import Executor
+    from sweflow.cluster.base import Executor
 
 StepProgress = Callable[[int, int, StepRecord], None]
 ATTEMPT = ".sweflow-attempt.json"
@@ -132,31 +132,28 @@ def train(
                         inputs_digest="", tasks=len(tasks), steps=rl.steps,
                         tensorboard=record["tensorboard"])  # fmt: skip
     grader = Grader(store, load_specs(specs), backend=backend)
-    if executor is not None and executor.name == "ray":
-        env = cluster_env(executor, grader, agent, backend)
-    else:
-        layers = LayerStore(store)
-        env = EpisodeEnv(
-            spec_for=lambda row: instance_sandbox_spec(layers, row.instance_id),
-            grade=grader.areward,
-            agent=agent,
-            backend=backend,
-        )
+    env = episode_env(executor or LocalExecutor(store), grader, agent, backend)
     return train_rl(tasks, policy, work, out, rl, env, policy_name=policy_name,
                     progress=progress)  # fmt: skip
 
 
-def cluster_env(executor: Executor, grader: Grader, agent: AgentConfig, backend: str) -> EpisodeEnv:
-    """Episodes whose sandboxes and gradings run on the nodes of a Ray executor."""
-    from sweflow.cluster.remote_sandbox import RemoteSandbox, grade_remotely
-
+def episode_env(executor: Executor, grader: Grader, agent: AgentConfig, backend: str) -> EpisodeEnv:
+    """Episodes whose sandboxes and gradings run where ``executor`` runs work (this process's
+    store, or the nodes of a cluster; the policy generates here either way)."""
     return EpisodeEnv(
         spec_for=None,
-        grade=lambda row, patch: grade_remotely(executor, grader, row, patch),  # type: ignore[arg-type]
+        grade=lambda row, patch: executor.run_near(
+            row.instance_id, functools.partial(grade_on, grader, row, patch)
+        ),
         agent=agent,
         backend=backend,
-        opener=lambda row: RemoteSandbox(executor, row.instance_id, backend),  # type: ignore[arg-type]
+        opener=lambda row: executor.open_sandbox(row.instance_id, backend),
     )
+
+
+def grade_on(grader: Grader, row: Instance, patch: str, store: Path):
+    """``grader``'s reward for ``patch``, on the layer store of the node it runs on."""
+    return grader.on_store(store).reward(row, patch)
 
 
 def _train(tasks, policy, work, out, rl, env, inputs, policy_name, progress) -> RLResult:

@@ -33,9 +33,9 @@ from verl.workers.rollout.replica import TokenOutput
 
 from sweflow.agent.config import AgentConfig
 from sweflow.envcache.builder import instance_sandbox_spec
-from sweflow.envcache.specs import load_specs
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
+from sweflow.harness.specs import load_specs
 from sweflow.instances import Instance, load_instances
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.episode import EpisodeEnv, run_episode

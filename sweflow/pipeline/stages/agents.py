@@ -21,9 +21,9 @@ from sweflow.agent.jobs import JobSummary
 from sweflow.agent.replay import replay_clients
 from sweflow.agent.runner import grade_with
 from sweflow.envcache.builder import instance_sandbox_spec
-from sweflow.envcache.specs import SpecTable, load_specs
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
+from sweflow.harness.specs import SpecTable, load_specs
 from sweflow.instances import Instance
 from sweflow.pipeline.stages.common import (
     StageContext,
@@ -61,10 +61,10 @@ def _run_job(
     rollouts: int = 1,
     client_for: Callable | None = None,
 ) -> tuple[JobSummary, str]:
-    """Run ``job`` on a Batch, or with ``executor: ray`` on an ExecutorBatch whose runs are Ray
-    tasks on the nodes' stores; ``model`` is the endpoint every run shares (None: ``client_for``
-    gives each run its own client, as the replay teacher does). Returns the summary and, on
-    Ray, the Markdown of where the runs went."""
+    """Run ``job`` on a Batch, or on an ExecutorBatch whose runs are work items on the nodes'
+    stores when the executor is distributed (Ray); ``model`` is the endpoint every run shares
+    (None: ``client_for`` gives each run its own client, as the replay teacher does). Returns
+    the summary and, for a distributed executor, the Markdown of where the runs went."""
     config = ctx.config
     step = counter_progress(ctx.progress, total)
     agent = config.agent.agent_config(tool_mode)
@@ -76,9 +76,9 @@ def _run_job(
         step(f"{status}: {traj.instance_id} run {traj.run}")
         keys.append(run_key(traj.instance_id, traj.run))
 
-    if config.executor == "ray":
-        work = RolloutWork(agent, config.sandbox.backend, model, client_for, grader)
-        with contextlib.closing(make_executor(config)) as executor:
+    with contextlib.closing(make_executor(config)) as executor:
+        if executor.distributed:
+            work = RolloutWork(agent, config.sandbox.backend, model, client_for, grader)
             batch = ExecutorBatch(work, executor, out_dir, rollouts, on_done)
             summary = asyncio.run(job(batch))
             return summary, executor_markdown(executor, keys)

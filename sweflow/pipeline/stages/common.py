@@ -18,7 +18,7 @@ from sweflow.errors import SweflowError
 from sweflow.pipeline.registry import BY_NAME
 
 if TYPE_CHECKING:
-    from sweflow.cluster.executor import Executor
+    from sweflow.cluster.base import Executor
     from sweflow.envcache.builder import EnvBuilder
     from sweflow.instances import Instance
     from sweflow.pipeline.config import PipelineConfig
@@ -143,7 +143,7 @@ def split_tasks(config: PipelineConfig, rows: list[Instance]) -> dict[str, list[
 
 def make_builder(config: PipelineConfig) -> EnvBuilder:
     from sweflow.envcache.builder import BuildOptions, EnvBuilder
-    from sweflow.envcache.specs import load_specs
+    from sweflow.harness.specs import load_specs
 
     envs = config.envs
     options = BuildOptions(
@@ -157,21 +157,17 @@ def make_builder(config: PipelineConfig) -> EnvBuilder:
 
 
 def make_executor(config: PipelineConfig) -> Executor:
-    """The executor the config names (``executor``, ``ray``), on the run's store."""
-    from sweflow.cluster.executor import make_executor as make
+    """The executor the config names (``executor``), on the run's store, with its options."""
+    from sweflow.cluster.executors import make_executor as make
 
-    if config.executor == "local":
-        return make("local", config.store())
-    return make("ray", config.store(), **config.ray.model_dump())
+    return make(config.executor, config.store(), **config.executor_options())
 
 
 def bring_instances(config: PipelineConfig, instance_ids: list[str]) -> None:
-    """Stages that run in this process (collect, infer, rl) read the run's store: with
-    ``executor: ray`` the instances the nodes built are fetched into it first."""
-    if config.executor != "ray":
-        return
+    """Stages that run in this process (collect, infer, rl) read the run's store: the instances
+    the nodes of a distributed executor built are fetched into it first."""
     with contextlib.closing(make_executor(config)) as executor:
-        executor.bring(config.store(), instance_ids)  # type: ignore[attr-defined]
+        executor.bring(config.store(), instance_ids)
 
 
 def instance_step(step: Callable[[str], None], executor: Executor) -> Callable[[str, str], None]:

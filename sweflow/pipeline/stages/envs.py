@@ -5,8 +5,13 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 
+from sweflow.cluster.environments import (
+    BuildWork,
+    ValidateWork,
+    build_instances,
+    validate_instances,
+)
 from sweflow.envcache.validate import write_outputs
-from sweflow.envcache.work import BuildWork, ValidateWork, build_instances, validate_instances
 from sweflow.pipeline.stages.common import (
     StageContext,
     StageError,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from sweflow.envcache.specs import load_specs
-from sweflow.envcache.work import BuildWork
+from sweflow.cluster.environments import BuildWork
 from sweflow.grading import Grader
 from sweflow.grading.evaluate import evaluate as run_evaluation
 from sweflow.grading.predictions import load_predictions
+from sweflow.harness.specs import load_specs
 from sweflow.pipeline.stages.common import (
     StageContext,
     StageError,

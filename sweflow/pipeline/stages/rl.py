@@ -49,8 +49,6 @@ def rl(ctx: StageContext) -> StageResult:
     """GRPO steps on the train split's tasks; the result is the model ``infer`` serves next."""
     config = ctx.config
     settings = RLConfig(**config.rl.model_dump())
-    if config.executor == "ray" and settings.ray_address is None:  # verl on the run's cluster
-        settings = settings.model_copy(update={"ray_address": config.ray.address})
     reference, policy = policy_model(config, ctx.upstream)
     store = LayerStore(config.store())
     train_rows = split_rows(ctx, "train", None)
@@ -73,10 +71,10 @@ def rl(ctx: StageContext) -> StageResult:
                      f"{record.resolve_rate:.0%}, valid actions {record.valid_action_rate:.0%}, "
                      f"{record.infra_failures} infra failures")  # fmt: skip
 
-    with contextlib.ExitStack() as stack:
-        executor = None  # trl on the run's cluster: sandboxes and gradings on its nodes
-        if config.executor == "ray" and settings.backend == "trl":
-            executor = stack.enter_context(contextlib.closing(make_executor(config)))
+    # the run's executor: trl's sandboxes and gradings on its nodes, verl on its Ray cluster
+    with contextlib.closing(make_executor(config)) as executor:
+        if settings.ray_address is None:
+            settings = settings.model_copy(update={"ray_address": executor.ray_address})
         result = train(rows, policy, work, work / "model", settings, store=config.store(),
                        specs=config.dataset.specs_path(), agent=config.agent.agent_config(mode),
                        backend=config.sandbox.backend, policy_name=reference,

@@ -40,14 +40,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sweflow.sandbox.base import (
-    SandboxConfigError,
-    SandboxCrashError,
-    SandboxFileError,
-    SandboxStartError,
-    require_absolute,
-    require_file_path,
-)
+from sweflow.sandbox.base import require_absolute, require_file_path
 from sweflow.sandbox.docker.client import (
     LABEL,
     OWNER_LABEL,
@@ -56,6 +49,12 @@ from sweflow.sandbox.docker.client import (
 )
 from sweflow.sandbox.docker.images import ensure_image
 from sweflow.sandbox.docker.stream import Demux
+from sweflow.sandbox.errors import (
+    SandboxConfigError,
+    SandboxCrashError,
+    SandboxFileError,
+    SandboxStartError,
+)
 from sweflow.sandbox.procs import owner_id
 from sweflow.sandbox.shell import SHELL_ENV
 from sweflow.sandbox.spec import SandboxSpec

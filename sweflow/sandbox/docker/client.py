@@ -11,7 +11,7 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from sweflow.sandbox.base import SandboxConfigError, SandboxStartError
+from sweflow.sandbox.errors import SandboxConfigError, SandboxStartError
 from sweflow.sandbox.procs import owner_is_gone
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from sweflow.paths import cache_root
-from sweflow.sandbox.base import SandboxConfigError, SandboxStartError
+from sweflow.sandbox.errors import SandboxConfigError, SandboxStartError
 from sweflow.sandbox.procs import children_of, running, stop_pid
 
 START_TIMEOUT_S = 60.0

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweflow.paths import cache_root
-from sweflow.sandbox.base import SandboxStartError
+from sweflow.sandbox.errors import SandboxStartError
 from sweflow.sandbox.layertar import file_lock, layer_fingerprint, write_layer_tar
 
 if TYPE_CHECKING:

@@ -31,19 +31,18 @@ import time
 import uuid
 from typing import Any
 
-from sweflow.sandbox.base import (
-    SandboxConfigError,
-    SandboxCrashError,
-    SandboxFileError,
-    SandboxStartError,
-    require_absolute,
-    require_file_path,
-)
+from sweflow.sandbox.base import require_absolute, require_file_path
 from sweflow.sandbox.e2b.environment import (
     Environment,
     ensure_template,
     environment_for,
     upload_environment,
+)
+from sweflow.sandbox.errors import (
+    SandboxConfigError,
+    SandboxCrashError,
+    SandboxFileError,
+    SandboxStartError,
 )
 from sweflow.sandbox.procs import owner_id, owner_is_gone
 from sweflow.sandbox.shell import SHELL_ENV

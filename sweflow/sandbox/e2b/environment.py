@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sweflow.paths import cache_root
-from sweflow.sandbox.base import SandboxConfigError, SandboxStartError
+from sweflow.sandbox.errors import SandboxConfigError, SandboxStartError
 from sweflow.sandbox.layertar import file_lock, layer_fingerprint, write_layer_tar
 from sweflow.sandbox.spec import SandboxSpec
 

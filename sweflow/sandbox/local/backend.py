@@ -20,18 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweflow.sandbox.base import (
-    TIMEOUT_EXIT_CODE,
-    ExecResult,
-    Sandbox,
-    SandboxConfigError,
-    SandboxCrashError,
-    SandboxStartError,
-)
+from sweflow.sandbox.base import TIMEOUT_EXIT_CODE, ExecResult, Sandbox
+from sweflow.sandbox.errors import SandboxConfigError, SandboxCrashError, SandboxStartError
 from sweflow.sandbox.local import fsaccess, hostroot
 from sweflow.sandbox.local.build import nsinit_path
 from sweflow.sandbox.local.cgroups import SandboxCgroups
 from sweflow.sandbox.local.procs import host_pid_of, kill_started_since, started_since
+from sweflow.sandbox.local.state import OPEN_TIMEOUT_S, OWNER_FILE, state_dir
 from sweflow.sandbox.procs import now_ticks, start_ticks
 from sweflow.sandbox.shell import (
     SHELL_ARGV,
@@ -41,9 +36,7 @@ from sweflow.sandbox.shell import (
 )
 from sweflow.sandbox.spec import SandboxSpec
 
-OPEN_TIMEOUT_S = 30.0
 SHELL_GRACE_S = 2.0  # after killing a timed-out command's processes, how long the shell may take
-OWNER_FILE = "owner.json"
 READ_BATCH = 4 << 20  # most output read from the pipe before it goes to the collector
 
 
@@ -54,18 +47,6 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     preexec: Callable[[], None]  # run in the child before exec (joins the sandbox's cgroups)
-
-
-def state_dir() -> Path:
-    """Where live sandboxes keep mount points and owner records (``sandbox gc`` looks here)."""
-    if env := os.environ.get("SWEFLOW_STATE_DIR"):
-        return Path(env)
-    if os.geteuid() == 0:
-        return Path("/run/sweflow/sandboxes")
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return (
-        Path(runtime) / "sweflow" / "sandboxes" if runtime else Path(f"/tmp/sweflow-{os.geteuid()}")
-    )
 
 
 class LocalSandbox(Sandbox):

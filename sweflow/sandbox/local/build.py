@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from sweflow.paths import cache_root
-from sweflow.sandbox.base import SandboxConfigError
+from sweflow.sandbox.errors import SandboxConfigError
 
 SOURCE = Path(__file__).with_name("nsinit.c")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from sweflow.sandbox.base import SandboxConfigError, SandboxCrashError
+from sweflow.sandbox.errors import SandboxConfigError, SandboxCrashError
 from sweflow.sandbox.spec import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")

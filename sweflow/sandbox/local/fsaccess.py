@@ -13,7 +13,7 @@ import shutil
 import stat
 from dataclasses import dataclass
 
-from sweflow.sandbox.base import SandboxConfigError, SandboxFileError
+from sweflow.sandbox.errors import SandboxConfigError, SandboxFileError
 
 _SYS_OPENAT2 = 437
 _RESOLVE_NO_MAGICLINKS = 0x02

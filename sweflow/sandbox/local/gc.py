@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweflow.sandbox.local import cgroups, hostroot
-from sweflow.sandbox.local.backend import OPEN_TIMEOUT_S, OWNER_FILE, state_dir
+from sweflow.sandbox.local.state import OPEN_TIMEOUT_S, OWNER_FILE, state_dir
 from sweflow.sandbox.mounts import mounts_under
 from sweflow.sandbox.procs import running
 

@@ -14,7 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from sweflow.sandbox.base import SandboxConfigError, SandboxStartError
+from sweflow.sandbox.errors import SandboxConfigError, SandboxStartError
 from sweflow.sandbox.mounts import mount_points
 from sweflow.sandbox.rootfs import HOST_MASKED_PATHS
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 from sweflow.sandbox.local import cgroups
-from sweflow.sandbox.local.backend import state_dir
 from sweflow.sandbox.local.build import nsinit_path
+from sweflow.sandbox.local.state import state_dir
 from sweflow.sandbox.mounts import mounts_under
 
 

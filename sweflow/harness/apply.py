@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS, CONTAINER_PATCH_FILE
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
-from sweflow.grading.runlog import RunLog
+from sweflow.harness.runlog import RunLog
 from sweflow.sandbox import Sandbox
 
 REPO_DIR = "/testbed"

@@ -24,10 +24,10 @@ from swebench.harness.constants import LOG_INSTANCE, LOG_REPORT
 
 from sweflow.envcache.builder import instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
-from sweflow.grading.evalscript import DEFAULT_EVAL_TYPE, DEFAULT_LOG_PARSER
 from sweflow.grading.evaluate import instance_dir
 from sweflow.grading.predictions import Prediction
 from sweflow.grading.reward import Grader
+from sweflow.harness.evalscript import DEFAULT_EVAL_TYPE, DEFAULT_LOG_PARSER
 from sweflow.instances import Instance
 
 IMAGE_LABEL = "sweflow.harness.source"  # the layer image and environment an image was made of

@@ -26,10 +26,10 @@ from swebench.harness.utils import make_test_spec
 from swebench.types import TestSpec
 from unidiff import PatchSet
 
-from sweflow.envcache import internet
-from sweflow.envcache.specs import EnvSpec, test_command
-from sweflow.grading.apply import REPO_DIR, apply_patch
-from sweflow.grading.runlog import RunLog
+from sweflow.harness import internet
+from sweflow.harness.apply import REPO_DIR, apply_patch
+from sweflow.harness.runlog import RunLog
+from sweflow.harness.specs import EnvSpec, test_command
 from sweflow.instances import Instance
 from sweflow.sandbox import SandboxFileError
 

@@ -1,7 +1,7 @@
 """Building and validating instances one at a time, on whichever node an executor picks.
 
 ``BuildWork`` and ``ValidateWork`` are the picklable per-instance work of the build and validate
-stages (see sweflow.cluster.executor): they carry the spec table and build options, and on the
+stages (see sweflow.cluster.base): they carry the spec table and build options, and on the
 node make (once per process and store) an EnvBuilder on that node's own store. An instance the
 node lacks is brought from a peer node when one has it, else built here, so validation runs on
 any node whatever happened to the node that built it.
@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sweflow.cluster.executor import Executor, Node
+from sweflow.cluster.base import Executor, Node
 from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
-from sweflow.envcache.specs import SpecTable
 from sweflow.envcache.validate import Validation, validate_one
 from sweflow.errors import ConfigError
+from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 
 _builders: dict[str, EnvBuilder] = {}

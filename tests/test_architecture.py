@@ -1,0 +1,46 @@
+"""The house's floors, as pyproject.toml's import-linter contracts declare them: sweflow's
+packages import only from the floors below their own and never import Prefect, and a library
+with one import running back up is refused, naming it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT = Path(sys.executable).parent / "lint-imports"
+MAX_MODULE_LINES = 600
+
+
+def lint(root: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter on the library under ``root`` (the package is read from that folder)."""
+    return subprocess.run([str(LINT)], cwd=root, capture_output=True, text=True, timeout=300)
+
+
+def test_an_import_running_back_up_is_refused(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "sweflow", tmp_path / "sweflow")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    spec = tmp_path / "sweflow" / "sandbox" / "spec.py"
+    spec.write_text(spec.read_text() + "\nimport sweflow.grading  # noqa\n")
+    result = lint(tmp_path)
+    assert result.returncode != 0, result.stdout
+    assert "sweflow.sandbox is not allowed to import sweflow.grading" in result.stdout
+    assert "sweflow.sandbox.spec -> sweflow.grading" in result.stdout
+
+
+def test_the_library_keeps_its_floors() -> None:
+    result = lint(ROOT)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "imports run downward only KEPT" in result.stdout
+    assert "the library never imports Prefect KEPT" in result.stdout
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted((ROOT / "sweflow").rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"split these modules (at most {MAX_MODULE_LINES} lines each): {long}"
