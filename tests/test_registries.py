@@ -8,12 +8,20 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from sweflow.agent.actions import FormatError, from_tool_calls
 from sweflow.agent.tools import TOOL_SPECS, TOOLS, TOOLS_BY_NAME
 from sweflow.cli import app
+from sweflow.cluster.base import Node
+from sweflow.cluster.executors import EXECUTORS
+from sweflow.envcache.builder import instance_sandbox_spec
+from sweflow.envcache.store import LayerStore
 from sweflow.errors import ConfigError, InfrastructureError, is_infrastructure
+from sweflow.grading import Grader
+from sweflow.grading.evaluate import evaluate
+from sweflow.grading.predictions import gold_predictions
 from sweflow.pipeline.config import (
     STAGE_NAMES,
     PipelineConfig,
@@ -21,12 +29,14 @@ from sweflow.pipeline.config import (
     load_pipeline_config,
 )
 from sweflow.pipeline.registry import STAGES
+from sweflow.pipeline.stages.common import make_executor as make_stage_executor
 from sweflow.sandbox import (
     BACKENDS,
     SandboxConfigError,
     SandboxCrashError,
     SandboxStartError,
     backend_class,
+    open_sandbox,
 )
 from sweflow.sandbox.base import Sandbox
 from sweflow.sandbox.local import LocalSandbox
@@ -133,6 +143,78 @@ def test_errors_say_whether_to_retry() -> None:
     assert not is_infrastructure(ValueError("a bug"))
     assert issubclass(SandboxConfigError, ConfigError)
     assert issubclass(SandboxStartError, InfrastructureError)
+
+
+# -- executors -------------------------------------------------------------------------------------
+class InlineExecutor:
+    """A whole executor: work items one after another in the calling thread."""
+
+    name = "inline"
+    distributed = False
+    ray_address = None
+
+    def __init__(self, store: Path) -> None:
+        self.node = Node("inline", Path(store))
+        self.done: list[str] = []
+
+    def map(self, work, items, outs, *, keys, max_workers, on_done=None):
+        results = []
+        for item, out, key in zip(items, outs, keys, strict=True):
+            results.append(work(item, out, self.node))
+            self.done.append(key)
+            if on_done:
+                on_done(results[-1])
+        return results
+
+    def retries(self) -> list:
+        return []
+
+    def node_of(self, key: str) -> str:
+        return self.node.name
+
+    def bring(self, store: Path, instance_ids: list[str]) -> int:
+        return 0
+
+    def open_sandbox(self, instance_id: str, backend: str):
+        spec = instance_sandbox_spec(LayerStore(self.node.store), instance_id)
+        return open_sandbox(spec, backend)
+
+    async def run_near(self, instance_id: str, fn):
+        return fn(self.node.store)
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "inline: one item at a time"
+
+
+def test_an_executor_is_one_class_and_one_registration(
+    monkeypatch: pytest.MonkeyPatch, grading_data, tmp_path: Path
+) -> None:
+    """Registered, the new executor is a config choice and grades real predictions through the
+    stages' own entry points; unregistered, the config refuses it by name."""
+    with pytest.raises(ValidationError, match="executor: 'inline' is not one of local, ray"):
+        PipelineConfig(executor="inline")
+    monkeypatch.setitem(EXECUTORS, "inline", f"{__name__}:InlineExecutor")
+    config = PipelineConfig(executor="inline", envs={"store": grading_data.store})
+    executor = make_stage_executor(config)
+    assert isinstance(executor, InlineExecutor) and executor.node.store == grading_data.store
+    instances = grading_data.instances[:2]
+    summary = evaluate(Grader(grading_data.store, grading_data.specs), instances,
+                       gold_predictions(instances), "inline", root=tmp_path,
+                       report_dir=tmp_path, executor=executor)  # fmt: skip
+    assert executor.done == [i.instance_id for i in instances]
+    assert [o.resolved for o in summary.outcomes] == [True, True]
+    with executor.open_sandbox(instances[0].instance_id, "local") as sandbox:
+        assert sandbox.exec("git status --short").output == ""
+
+
+def test_the_config_form_lists_the_executors() -> None:
+    schema = PipelineConfig.model_json_schema()
+    assert schema["properties"]["executor"]["enum"] == list(EXECUTORS)
+    for name in EXECUTORS:
+        assert PipelineConfig(executor=name).executor == name
 
 
 # -- agent tools -----------------------------------------------------------------------------------
