@@ -23,7 +23,7 @@ from prefect.tasks import exponential_backoff
 
 from sweflow.errors import is_infrastructure
 from sweflow.pipeline.config import PipelineConfig
-from sweflow.pipeline.model import ModelServers
+from sweflow.pipeline.model_servers import ModelServers
 from sweflow.pipeline.registry import STAGES, StageSpec
 from sweflow.pipeline.stages.common import StageContext
 from tasks.faults import maybe_fail

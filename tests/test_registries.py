@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from sweflow.agent.actions import FormatError, from_tool_calls
-from sweflow.agent.tools import TOOL_SPECS, TOOLS, TOOLS_BY_NAME
+from sweflow.agent.templates import text_instructions, tools_instructions
+from sweflow.agent.tools import TOOL_SPECS, TOOLS, TOOLS_BY_NAME, Tool
 from sweflow.cli import app
 from sweflow.cluster.base import Node
 from sweflow.cluster.executors import EXECUTORS
@@ -225,3 +226,15 @@ def test_tools_are_registered_once_and_dispatched_by_name() -> None:
     assert from_tool_calls(calls)[0].tool in TOOLS_BY_NAME
     with pytest.raises(FormatError, match="unknown tool 'edit'; the tools are bash, "):
         from_tool_calls([{"id": "1", "function": {"name": "edit", "arguments": "{}"}}])
+
+
+def test_the_prompts_name_every_registered_tool() -> None:
+    """A new tool reaches the instructions of both modes with no edit to the templates."""
+    grep = Tool("grep", "Search files.", {"type": "object", "properties": {}}, TOOLS[0].run,
+                brief="searches files", text_examples=("grep -rn 'text' /testbed",))  # fmt: skip
+    tools = (*TOOLS[:-1], grep, TOOLS[-1])
+    assert "`grep` searches files" in tools_instructions(tools)
+    assert "`grep`" not in tools_instructions(TOOLS)
+    text = text_instructions(tools)
+    assert "grep -rn 'text' /testbed" in text
+    assert text.endswith(f"only command is `{TOOLS[-1].name}`.")

@@ -1,7 +1,7 @@
 """Agent runs as executor work: each (task, rollout) run, with its grading, is one work item,
 placed by the executor (a Ray cluster's sandbox slots) and run on that node's layer store.
 
-A :class:`~sweflow.agent.runner.Batch` runs everything in this process with asyncio. An
+A :class:`~sweflow.agent.batch.Batch` runs everything in this process with asyncio. An
 :class:`ExecutorBatch` has the same ``run`` and leaves the same files (trajectories, grading
 logs): the done runs are read here, as a Batch reads them, and only the others travel; a run
 that ended but was not graded travels with its trajectory and is only graded.
@@ -15,9 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweflow.agent.client import ChatModel, ModelClient
-from sweflow.agent.config import AgentConfig, ModelConfig
-from sweflow.agent.runner import (
+from sweflow.agent.batch import (
     Batch,
     OnDone,
     grade_with,
@@ -25,6 +23,8 @@ from sweflow.agent.runner import (
     needs_grading,
     trajectory_path,
 )
+from sweflow.agent.client import ChatModel, ModelClient
+from sweflow.agent.config import AgentConfig, ModelConfig
 from sweflow.agent.trajectory import Trajectory
 from sweflow.cluster.base import Executor, Node
 from sweflow.envcache.builder import instance_sandbox_spec

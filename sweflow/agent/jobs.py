@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sweflow.agent.batch import Batch
 from sweflow.agent.config import ToolMode
 from sweflow.agent.export import write_predictions, write_sft
-from sweflow.agent.runner import Batch
 from sweflow.agent.trajectory import Trajectory
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
@@ -99,9 +99,9 @@ def replay_collect(
     """``collect`` with the replay teacher on built rows: each gold patch played through the
     agent's tools and graded (golden trajectories without a model). Rows that cannot be replayed
     raise, naming them."""
+    from sweflow.agent.batch import grade_with
     from sweflow.agent.config import AgentConfig
     from sweflow.agent.replay import ReplayError, replay_clients
-    from sweflow.agent.runner import grade_with
     from sweflow.envcache.builder import instance_sandbox_spec
     from sweflow.envcache.store import LayerStore
     from sweflow.grading import Grader

@@ -15,8 +15,8 @@ from typing import Any
 from sweflow.agent.actions import Action, FormatError, from_text, from_tool_calls, thought_of
 from sweflow.agent.client import ChatModel, ContextLengthError, ModelError
 from sweflow.agent.config import AgentConfig
-from sweflow.agent.templates import TEXT_INSTRUCTIONS, TOOLS_INSTRUCTIONS, render
-from sweflow.agent.tools import TOOL_SPECS, TOOLS_BY_NAME, ToolContext
+from sweflow.agent.templates import render, text_instructions, tools_instructions
+from sweflow.agent.tools import TOOL_SPECS, TOOLS, TOOLS_BY_NAME, ToolContext
 from sweflow.agent.trajectory import (
     CONTEXT_LIMIT,
     FORMAT_ERROR,
@@ -42,7 +42,7 @@ def initial_messages(instance: Instance, config: AgentConfig, workdir: str) -> l
         "instance_id": instance.instance_id,
         "problem_statement": instance.problem_statement,
         "format_instructions": (
-            TOOLS_INSTRUCTIONS if config.tool_mode == "tools" else TEXT_INSTRUCTIONS
+            tools_instructions(TOOLS) if config.tool_mode == "tools" else text_instructions(TOOLS)
         ),
     }
     return [

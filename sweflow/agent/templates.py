@@ -1,11 +1,18 @@
 """The default prompts, as ``string.Template`` text (``$name``), so code and JSON in them need no
 escaping. Fields: ``$workdir``, ``$repo``, ``$instance_id``, ``$problem_statement`` and
-``$format_instructions`` (what a reply must look like in the chosen tool mode).
+``$format_instructions`` (what a reply must look like in the chosen tool mode), which is made
+from the registered tools (sweflow.agent.tools): their names, briefs and text-form examples.
 """
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Sequence
 from string import Template
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sweflow.agent.tools import Tool
 
 SYSTEM_TEMPLATE = """\
 You are a careful software engineer working in a Linux shell on the repository at $workdir.
@@ -17,10 +24,6 @@ Work step by step: find the relevant code, reproduce the problem if you can, edi
 check your change, then submit. Do not edit the tests. The shell keeps its state between
 commands (cd, export). Interactive programs (editors, pagers, `python` without a script) do
 not work. Every command has a time limit."""
-
-TOOLS_INSTRUCTIONS = """\
-Use the tools: `bash` runs a command, `str_replace_editor` views and edits files (view shows
-line numbers), and `submit` ends the task with your changes. Call exactly one tool per reply."""
 
 TEXT_INSTRUCTIONS = """\
 Every reply has a short thought and exactly ONE bash code block, like this:
@@ -34,12 +37,24 @@ ls -la
 The command runs and you get its output. Instead of a shell command, the block may hold one
 file viewer/editor command (arguments in shell quoting):
 
-str_replace_editor view /path/file.py --view_range '[10, 40]'
-str_replace_editor str_replace /path/file.py --old_str 'exact old text' --new_str 'new text'
-str_replace_editor create /path/new.py --file_text 'the content'
-str_replace_editor insert /path/file.py --insert_line 12 --new_str 'text to insert'
+$text_examples
 
-To finish, reply with a block whose only command is `submit`."""
+To finish, reply with a block whose only command is `$finish`."""
+
+
+def tools_instructions(tools: Sequence[Tool]) -> str:
+    """What a reply must look like in tools mode: each tool named with its brief."""
+    briefs = [f"`{tool.name}` {tool.brief}" for tool in tools]
+    listed = ", ".join(briefs[:-1]) + f", and {briefs[-1]}" if len(briefs) > 1 else briefs[0]
+    return textwrap.fill(f"Use the tools: {listed}. Call exactly one tool per reply.", 96)
+
+
+def text_instructions(tools: Sequence[Tool]) -> str:
+    """What a reply must look like in text mode: one code block, the tools' text forms."""
+    examples = "\n".join(line for tool in tools for line in tool.text_examples)
+    finish = next(tool.name for tool in tools if tool.ends_run)
+    return render(TEXT_INSTRUCTIONS, text_examples=examples, finish=finish)
+
 
 TASK_TEMPLATE = """\
 <issue>

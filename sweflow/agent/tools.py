@@ -51,6 +51,8 @@ class Tool:
     run: Run | None
     positional: tuple[str, ...] = ()
     raw: str | None = None
+    brief: str = ""  # what it does, after its name, in the tools-mode instructions
+    text_examples: tuple[str, ...] = ()  # text-form calls the text-mode instructions show
 
     @property
     def ends_run(self) -> bool:
@@ -154,6 +156,7 @@ TOOLS: tuple[Tool, ...] = (
         },
         _run_bash,
         raw="command",
+        brief="runs a command",
     ),
     Tool(
         EDITOR,
@@ -179,12 +182,21 @@ TOOLS: tuple[Tool, ...] = (
         },
         _run_editor,
         positional=("command", "path"),
+        brief="views and edits files (view shows line numbers)",
+        text_examples=(
+            "str_replace_editor view /path/file.py --view_range '[10, 40]'",
+            "str_replace_editor str_replace /path/file.py --old_str 'exact old text' "
+            "--new_str 'new text'",
+            "str_replace_editor create /path/new.py --file_text 'the content'",
+            "str_replace_editor insert /path/file.py --insert_line 12 --new_str 'text to insert'",
+        ),
     ),
     Tool(
         SUBMIT,
         "Finish: your changes to the repository are the submission.",
         {"type": "object", "properties": {}},
         None,
+        brief="ends the task with your changes",
     ),
 )
 TOOLS_BY_NAME: dict[str, Tool] = {tool.name: tool for tool in TOOLS}

@@ -84,7 +84,7 @@ def _memory_kb(pid: int) -> tuple[int, int]:
 
 def idle_memory(spec: SandboxSpec, count: int) -> dict[str, float]:
     """Open ``count`` sandboxes at once; PSS of all their processes per sandbox."""
-    from sweflow.sandbox.local.procs import members
+    from sweflow.sandbox.local.pidns import members
 
     sandboxes: list[LocalSandbox] = []
     try:

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig
+from sweflow.agent.batch import grade_with
 from sweflow.agent.jobs import JobSummary, infer, replay_collect
-from sweflow.agent.runner import grade_with
 from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
 from sweflow.bench.sft import EVAL_REPO
 from sweflow.envcache.builder import instance_sandbox_spec

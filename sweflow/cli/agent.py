@@ -110,7 +110,7 @@ def run_job(
 
 async def _local_batch(job: Job, options: dict[str, Any], model, on_done) -> JobSummary:
     from sweflow.agent import Batch, ModelClient
-    from sweflow.agent.runner import grade_with
+    from sweflow.agent.batch import grade_with
 
     client = ModelClient(model) if model else None
     grader = options.pop("grader", None)

@@ -17,7 +17,7 @@ from sweflow.instances.load import (
     load_parquet,
     load_task_repo,
 )
-from sweflow.instances.model import Instance, InstancesError, LoadResult, RowError
+from sweflow.instances.record import Instance, InstancesError, LoadResult, RowError
 from sweflow.instances.write import to_rows, write_jsonl, write_parquet
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from sweflow.instances.model import InstancesError, LoadResult, RowError, parse_row
+from sweflow.instances.record import InstancesError, LoadResult, RowError, parse_row
 
 # (source, 0-based index, raw row); readers yield these, or a RowError for a row they could
 # not even read, or None for a row they skip on purpose (a task in another split).

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from sweflow.instances.model import Instance, InstancesError
+from sweflow.instances.record import Instance, InstancesError
 
 
 def write_jsonl(instances: Iterable[Instance], path: str | Path, *, lists: bool = False) -> Path:

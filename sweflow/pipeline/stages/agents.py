@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sweflow.agent import Batch, ModelClient, Trajectory
 from sweflow.agent import jobs as agent_jobs
+from sweflow.agent.batch import grade_with
 from sweflow.agent.config import (
     EndpointTeacher,
     ModelConfig,
@@ -19,7 +20,6 @@ from sweflow.agent.config import (
 from sweflow.agent.executor_batch import ExecutorBatch, RolloutWork, run_key
 from sweflow.agent.jobs import JobSummary
 from sweflow.agent.replay import replay_clients
-from sweflow.agent.runner import grade_with
 from sweflow.envcache.builder import instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from sweflow.envcache.builder import EnvBuilder
     from sweflow.instances import Instance
     from sweflow.pipeline.config import PipelineConfig
-    from sweflow.pipeline.model import ModelServers
+    from sweflow.pipeline.model_servers import ModelServers
 
 Progress = Callable[[int, int, str], None]  # (done, total, what)
 
@@ -47,7 +47,7 @@ class StageContext:
 
     def model_servers(self) -> ModelServers:
         if self.models is None:
-            from sweflow.pipeline.model import ModelServers
+            from sweflow.pipeline.model_servers import ModelServers
 
             self.models = ModelServers()
         return self.models

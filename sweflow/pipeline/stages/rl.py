@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweflow.envcache.store import LayerStore
-from sweflow.pipeline.model import ModelServers
+from sweflow.pipeline.model_servers import ModelServers
 from sweflow.pipeline.stages.agents import split_rows
 from sweflow.pipeline.stages.common import (
     StageContext,

@@ -25,7 +25,7 @@ from sweflow.sandbox.errors import SandboxConfigError, SandboxCrashError, Sandbo
 from sweflow.sandbox.local import fsaccess, hostroot
 from sweflow.sandbox.local.build import nsinit_path
 from sweflow.sandbox.local.cgroups import SandboxCgroups
-from sweflow.sandbox.local.procs import host_pid_of, kill_started_since, started_since
+from sweflow.sandbox.local.pidns import host_pid_of, kill_started_since, started_since
 from sweflow.sandbox.local.state import OPEN_TIMEOUT_S, OWNER_FILE, state_dir
 from sweflow.sandbox.procs import now_ticks, start_ticks
 from sweflow.sandbox.shell import (
