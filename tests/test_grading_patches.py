@@ -11,7 +11,7 @@ from unidiff import PatchSet
 
 from sweflow.grading.crosscheck import agreement_table
 from sweflow.grading.evaluate import Outcome, markdown_summary
-from sweflow.grading.patches import edited_tests, failure_kind, is_empty, is_test_path
+from sweflow.grading.patches import failure_kind, is_empty, is_test_path
 from sweflow.grading.predictions import PredictionsError, load_predictions
 from sweflow.grading.variants import MALFORMED, VARIANTS
 from sweflow.instances import Instance, load_instances
@@ -31,14 +31,6 @@ def test_empty_and_test_paths() -> None:
         assert is_test_path(path), path
     for path in ("more_itertools/more.py", "docs/testing.rst", "contest.py"):
         assert not is_test_path(path), path
-
-
-def test_test_edits_names_the_test_files(instances) -> None:
-    real = instances[0]
-    assert edited_tests(real.patch, real.test_patch) == []
-    both = real.patch + real.test_patch
-    edits = edited_tests(both, real.test_patch)
-    assert edits and all(p.startswith("tests/") for p in edits)
 
 
 def test_failure_kinds() -> None:

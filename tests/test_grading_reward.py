@@ -75,12 +75,12 @@ def test_wrong_patches_are_unresolved_with_a_reason(
         assert result.report == {} and result.f2p_passed == 0
 
 
-def test_patches_touching_tests_are_rejected_when_asked(grading_data, instance) -> None:
-    strict = Grader(grading_data.store, grading_data.specs, reject_test_edits=True)
-    result = strict.reward(instance, instance.patch + instance.test_patch)
+def test_patches_touching_tests_are_refused_by_the_tamper_guard(grading_data, instance) -> None:
+    guarded = Grader(grading_data.store, grading_data.specs, tamper_guard=True)
+    result = guarded.reward(instance, instance.patch + instance.test_patch)
     assert (result.resolved, result.apply_status) == (False, "touches_tests")
     assert "tests/" in result.reason and result.log_path is None
-    assert strict.reward(instance, instance.patch).resolved  # the gold patch edits no test
+    assert guarded.reward(instance, instance.patch).resolved  # the gold patch edits no test
 
 
 def test_a_hanging_eval_script_times_out(grading_data, instance) -> None:

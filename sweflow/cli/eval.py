@@ -47,8 +47,12 @@ def eval_command(
     timeout: float = typer.Option(
         1800.0, "--timeout", help="Seconds per eval script.", callback=positive
     ),
-    reject_test_edits: bool = typer.Option(
-        False, "--reject-test-edits", help="Grade patches that edit test files as unresolved."
+    tamper_guard: bool = typer.Option(
+        False,
+        "--tamper-guard",
+        help="Refuse patches that pass tests without fixing anything (they edit tests or test "
+        "settings, hide paths from the diff, reach into the test runner, or end the run early): "
+        "unresolved, with the reason in report.json. Off by default, as in the official harness.",
     ),
     ray: str | None = RayOption,
 ) -> None:
@@ -57,6 +61,7 @@ def eval_command(
     Examples:
       sweflow eval -d data/demo --store store/ -p gold --run-id gold
       sweflow eval -d data/demo/tasks.jsonl --store store/ -p preds.json --run-id r1 -b docker
+      sweflow eval -d data/demo --store store/ -p preds.json --run-id r2 --tamper-guard
       sweflow eval -d data/demo --store store/ -p gold --run-id gold --ray 127.0.0.1:6379
     """
     from sweflow.cluster.environments import BuildWork
@@ -79,7 +84,7 @@ def eval_command(
         builder.specs,
         backend=backend,
         timeout_s=timeout,
-        reject_test_edits=reject_test_edits,
+        tamper_guard=tamper_guard,
     )
     with _progress() as bar:
         task = bar.add_task("grading", total=len(preds.items))

@@ -1,8 +1,8 @@
 """What a patch is, read from its text alone: empty, touching tests, why it failed to apply.
 
 None of this decides a verdict: the apply chain in the sandbox does, as in the harness. These
-only name the reason an unresolved patch carries, and implement the optional rejection of patches
-that edit test files (which the harness does not do, so it is off by default).
+name the reason an unresolved patch carries, and give the tamper guard (sweflow.grading.guard)
+the paths a diff's text names and what counts as a test file.
 """
 
 from __future__ import annotations
@@ -45,12 +45,6 @@ def is_test_path(path: str) -> bool:
         or PurePosixPath(name).stem.endswith("_test")
         or name == "conftest.py"
     )
-
-
-def edited_tests(patch: str, test_patch: str) -> list[str]:
-    """Paths of ``patch`` that are test files: in the test_patch too, or named like tests."""
-    from_tests = touched_paths(test_patch) if test_patch else set()
-    return sorted(p for p in touched_paths(patch) if p in from_tests or is_test_path(p))
 
 
 def failure_kind(patch: str, apply_output: str) -> str:

@@ -36,7 +36,8 @@ from swebench.harness.grading import get_eval_report
 from sweflow.envcache.builder import VENV_ACTIVATE, instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
 from sweflow.errors import ConfigError, SweflowError, is_infrastructure
-from sweflow.grading.patches import edited_tests, failure_kind, is_empty
+from sweflow.grading.guard import Refusal, check_effect, check_run, read_paths
+from sweflow.grading.patches import failure_kind, is_empty
 from sweflow.harness.apply import REPO_DIR, apply_patch
 from sweflow.harness.evalscript import make_eval_script, run_eval_script, test_spec_for
 from sweflow.harness.runlog import RunLog
@@ -60,9 +61,10 @@ class GradingError(SweflowError):
 class RewardResult:
     """The verdict on one patch, with the counts and files behind it.
 
-    ``apply_status``: applied | empty | malformed | binary | failed | touches_tests | timeout |
-    error. ``report`` is swebench's per-instance report entry (empty when the harness would
-    write no report.json: the patch was not run, did not apply, or the tests timed out).
+    ``apply_status``: applied | empty | malformed | binary | failed | timeout | error, or one of
+    the tamper guard's refusals (sweflow.grading.guard.REFUSALS). ``report`` is swebench's
+    per-instance report entry (empty when the harness would write no report.json: the patch was
+    not run, did not apply, or the tests timed out; a refusal's says why it was refused).
     ``log_path`` is the directory of this call's harness files (None without a log directory).
     ``infrastructure`` marks an ``error`` that was the machinery's (the sandbox would not start
     or died, a connection dropped), not the patch's: the harness reports such an instance as an
@@ -94,7 +96,7 @@ class Grader:
         backend: str = "local",
         log_dir: Path | None = None,
         timeout_s: float = 1800,
-        reject_test_edits: bool = False,
+        tamper_guard: bool = False,
         limits: Limits | None = None,
     ) -> None:
         if timeout_s <= 0:
@@ -104,7 +106,7 @@ class Grader:
         self.backend = check_backend_name(backend)
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.timeout_s = timeout_s
-        self.reject_test_edits = reject_test_edits
+        self.tamper_guard = tamper_guard
         self.limits = limits or DEFAULT_LIMITS
 
     # -- public ------------------------------------------------------------------------------
@@ -134,14 +136,16 @@ class Grader:
         if is_empty(patch):
             return verdict.unresolved("empty", "the patch is empty", None)
         assert patch is not None
-        if self.reject_test_edits and (edits := edited_tests(patch, instance.test_patch)):
-            return verdict.unresolved("touches_tests", f"the patch edits tests: {edits}", None)
         out = log_dir or self._call_dir(instance)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
         log = RunLog(instance.instance_id, out / LOG_INSTANCE if out else None)
         try:
-            return self._run(instance, patch, sandbox_spec, test_spec, out, log, verdict, model)
+            paths = read_paths(patch) if self.tamper_guard else set()
+            if isinstance(paths, Refusal):
+                return verdict.refused(paths, patch, out, log)
+            return self._run(instance, patch, paths, sandbox_spec, test_spec, out, log, verdict,
+                             model)  # fmt: skip
         except Exception as exc:  # a sandbox failure is one unresolved call, not a crash
             log.error(f"Error in evaluating model for {instance.instance_id}: {exc!r}")
             why = f"{type(exc).__name__}: {exc}"
@@ -193,7 +197,7 @@ class Grader:
         unique = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
         return self.log_dir / instance.instance_id / unique
 
-    def _run(self, instance, patch, sandbox_spec, test_spec, out, log, verdict, model):
+    def _run(self, instance, patch, paths, sandbox_spec, test_spec, out, log, verdict, model):
         iid = instance.instance_id
         with _files_dir(out) as files:
             (files / PATCH_FILE).write_text(patch)
@@ -204,6 +208,10 @@ class Grader:
                     kind = "timeout" if applied.timed_out else failure_kind(patch, applied.output)
                     why = f"the patch did not apply ({kind}): {applied.output.strip()[-500:]}"
                     return verdict.unresolved(kind, why, out)
+                if self.tamper_guard and (refusal := check_effect(
+                    sandbox, REPO_DIR, paths, instance.test_patch, self.timeout_s
+                )):  # fmt: skip
+                    return verdict.refused(refusal, patch, out, log, applied=True)
                 _log_diff(sandbox, log, "before")
                 (files / EVAL_FILE).write_text(test_spec.eval_script)
                 ran = run_eval_script(sandbox, test_spec, files / LOG_TEST_OUTPUT, self.timeout_s)
@@ -212,6 +220,9 @@ class Grader:
                     reason = f"the eval script ran past {self.timeout_s} s"
                     return verdict.unresolved("timeout", reason, out)
                 _log_diff(sandbox, log, "after")
+            if self.tamper_guard and (refusal := check_run(ran.log_path.read_text(),
+                                                           test_spec.log_parser)):  # fmt: skip
+                return verdict.refused(refusal, patch, out, log, applied=True)
             prediction = {"instance_id": iid, "model_patch": patch, "model_name_or_path": model}
             report = get_eval_report(test_spec, prediction, str(ran.log_path), True)
             log.info(f"report: {report}\nResult for {iid}: resolved: {report[iid]['resolved']}")
@@ -249,6 +260,21 @@ class _Verdict:
         self, status: str, reason: str, out: Path | None, *, infrastructure: bool = False
     ) -> RewardResult:
         return self._result(False, 0, 0, status, reason, out, {}, infrastructure)
+
+    def refused(
+        self, refusal: Refusal, patch: str, out: Path | None, log: RunLog, applied: bool = False
+    ) -> RewardResult:
+        """A patch the tamper guard refused: 0, its reason logged, and a report.json that says
+        so, so that an evaluation counts it unresolved and a re-run does not grade it again."""
+        iid = self.instance.instance_id
+        log.info(f"Refused by the tamper guard ({refusal.status}): {refusal.reason}")
+        entry = {"patch_is_None": False, "patch_exists": True,
+                 "patch_successfully_applied": applied, "resolved": False,
+                 "refused": refusal.status, "refusal_reason": refusal.reason}  # fmt: skip
+        if out is not None:
+            (out / PATCH_FILE).write_text(patch)
+            (out / LOG_REPORT).write_text(json.dumps({iid: entry}, indent=4))
+        return self._result(False, 0, 0, refusal.status, refusal.reason, out, entry)
 
     def graded(self, entry: dict, out: Path | None) -> RewardResult:
         tests = entry.get("tests_status", {})
