@@ -23,15 +23,15 @@ platforms) resolves to linux on the host's architecture.
 Layers are read as they are stored (tar, or gzip-compressed; zstd is refused: ``zstandard`` is
 not a dependency) and their sha256 checked while they stream: the blob's digest when the archive
 names it, and always the uncompressed digest (``diff_id``) the image config lists. A layer is
-extracted into a fresh upper with the checks of ``rootfs._safe_extract`` (no absolute names, no
-``..``, nothing written through a symlink), owners, modes, symlinks, hard links within the layer
-and allowed xattrs kept, device nodes left out (a sandbox brings its own /dev), and OCI
+extracted into a fresh upper with the checks of ``sweflow.sandbox.tarfiles`` (no absolute names,
+no ``..``, nothing written through a symlink), owners, modes, symlinks, hard links within the
+layer and allowed xattrs kept, device nodes left out (a sandbox brings its own /dev), and OCI
 whiteouts turned into overlayfs ones: ``.wh.NAME`` becomes a character device 0/0 named NAME,
 ``.wh..wh..opq`` the opaque xattr of its directory, as ``user.overlay.opaque`` (the local
 sandbox mounts with ``userxattr`` inside its user namespace) and ``trusted.overlay.opaque`` (a
-mount without it). The ``diff_id`` -> store digest mapping is
-kept in ``<store>/refs/image-layer-<hex>``, so a layer is extracted once per store however many
-images, or imports, contain it.
+mount without it). The ``diff_id`` -> store digest mapping is kept in
+``<store>/refs/image-layer-<hex>``, so a layer is extracted once per store however many images,
+or imports, contain it.
 """
 
 from __future__ import annotations
@@ -57,12 +57,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 from sweflow.envcache.store import Layer, LayerStore, flocked
 from sweflow.errors import SweflowError
-from sweflow.sandbox.rootfs import (
-    RootfsError,
-    _check_no_symlink_parents,
-    _ChunkReader,
-    _clear,
-    _member_path,
+from sweflow.sandbox.tarfiles import (
+    ChunkReader,
+    UnsafeArchiveError,
+    check_no_symlink_parents,
+    make_parents,
+    make_room,
+    member_path,
     set_dir_attrs,
 )
 
@@ -483,7 +484,7 @@ class _Registry(_Source):
     def open_blob(self, name: str) -> Iterator[IO[bytes]]:
         with self._send("GET", self._blob_url(name)) as got:
             self._ok(got, f"blob {name}")
-            yield io.BufferedReader(_ChunkReader(got.iter_raw(_CHUNK)), _CHUNK)
+            yield io.BufferedReader(ChunkReader(got.iter_raw(_CHUNK)), _CHUNK)
 
     def _blob_url(self, name: str) -> str:
         return f"{self.base}/blobs/sha256:{name.removeprefix('blobs/sha256/')}"
@@ -701,7 +702,7 @@ def _extract_checked(source: _Source, blob: _LayerBlob, upper: Path) -> None:
                 pass
         except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise ImageImportError(f"{where}: not a readable layer tar: {exc}") from exc
-        except RootfsError as exc:
+        except UnsafeArchiveError as exc:
             raise ImageImportError(f"{where}: {exc}") from exc
     if blob.digest is not None and stored.digest() != blob.digest:
         raise ImageImportError(f"{where}: digest mismatch: {stored.digest()}, not {blob.digest}")
@@ -747,25 +748,27 @@ class _Hashing(io.RawIOBase):
 
 def _extract_layer(tar: tarfile.TarFile, dest: Path) -> None:
     """Unpack an image layer ``tar`` (a stream) into the empty upper ``dest``, whiteouts as
-    overlayfs's; unsafe members raise RootfsError."""
+    overlayfs's; unsafe members raise UnsafeArchiveError."""
     dest = Path(os.path.realpath(dest))
     dirs: list[tuple[tarfile.TarInfo, Path]] = []
     skipped: set[Path] = set()  # device nodes
     for member in tar:
-        path = _member_path(dest, member.name)
-        _make_parents(dest, path)
+        path = member_path(dest, member.name)
+        make_parents(dest, path)
         if path.name.startswith(_WHITEOUT):
             _whiteout(path)
         elif path == dest:
             if not member.isdir():
-                raise RootfsError(f"unsafe archive member {member.name!r}: replaces the root")
+                raise UnsafeArchiveError(
+                    f"unsafe archive member {member.name!r}: replaces the root"
+                )
         elif member.ischr() or member.isblk():
-            _clear(path, keep_dir=False)
+            make_room(path, keep_dir=False)
             skipped.add(path)
         elif member.islnk():
             _hard_link(dest, member, path, skipped)
         else:
-            _clear(path, keep_dir=member.isdir())
+            make_room(path, keep_dir=member.isdir())
             tar.extract(
                 member,
                 dest,
@@ -779,19 +782,6 @@ def _extract_layer(tar: tarfile.TarFile, dest: Path) -> None:
     set_dir_attrs(tar, dirs)
 
 
-def _make_parents(dest: Path, path: Path) -> None:
-    """Create the missing parents of ``path`` (root's, 0755: docker's choice); refuse to go
-    through a symlink an earlier member planted (e.g. ``lib -> /``)."""
-    current = dest
-    for part in path.relative_to(dest).parts[:-1]:
-        current = current / part
-        if current.is_symlink():
-            raise RootfsError(f"unsafe archive member: {path} would be written through {current}")
-        if not current.exists():
-            current.mkdir()
-            os.chmod(current, 0o755)
-
-
 def _whiteout(path: Path) -> None:
     """An OCI whiteout entry as overlayfs's: the opaque xattr, or a 0/0 character device."""
     if path.name == _OPAQUE:
@@ -802,20 +792,22 @@ def _whiteout(path: Path) -> None:
     if hidden.startswith(_WHITEOUT):  # aufs bookkeeping (.wh..wh.plnk): not content
         return
     if hidden in ("", ".", ".."):
-        raise RootfsError(f"unsafe whiteout {path}")
+        raise UnsafeArchiveError(f"unsafe whiteout {path}")
     target = path.with_name(hidden)
-    _clear(target, keep_dir=False)
+    make_room(target, keep_dir=False)
     os.mknod(target, stat.S_IFCHR, os.makedev(0, 0))  # mode 0, as overlayfs makes them
 
 
 def _hard_link(dest: Path, member: tarfile.TarInfo, path: Path, skipped: set[Path]) -> None:
-    source = _member_path(dest, member.linkname)
-    _check_no_symlink_parents(dest, source)
+    source = member_path(dest, member.linkname)
+    check_no_symlink_parents(dest, source)
     if source in skipped:
         return
     if not os.path.lexists(source) or (source.is_dir() and not source.is_symlink()):
-        raise RootfsError(f"hard link {member.name} -> {member.linkname}: no such file in layer")
-    _clear(path, keep_dir=False)
+        raise UnsafeArchiveError(
+            f"hard link {member.name} -> {member.linkname}: no such file in layer"
+        )
+    make_room(path, keep_dir=False)
     os.link(source, path, follow_symlinks=False)
 
 
