@@ -22,6 +22,7 @@ from sweflow.envcache.builder import (
     EnvBuilder,
     activation_of,
 )
+from sweflow.envcache.records import Layer
 from sweflow.envcache.repos import scm_version
 from sweflow.envcache.requirements import (
     RequirementsError,
@@ -29,7 +30,6 @@ from sweflow.envcache.requirements import (
     inline_requirements,
     read_repo_file,
 )
-from sweflow.envcache.store import Layer
 from sweflow.harness.evalscript import make_eval_script, test_directives, test_spec_for
 from sweflow.harness.specs import BUILTIN_SPECS, default_specs, load_specs
 from sweflow.instances import load_instances

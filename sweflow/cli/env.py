@@ -345,10 +345,11 @@ def env_gc(
       sweflow env gc --store store/
       sweflow env gc --store store/ -d data/demo/tasks.jsonl
     """
+    from sweflow.envcache.cleanup import gc
     from sweflow.envcache.store import LayerStore
 
     keep = {i.instance_id for i in load_dataset_rows(dataset, split, None)} if dataset else None
-    report = LayerStore(store).gc(keep)
+    report = gc(LayerStore(store), keep)
     for what, items in (("manifest", report.manifests), ("layer", report.layers)):
         for item in items:
             console.print(f"removed {what} {item}", highlight=False)

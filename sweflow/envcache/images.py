@@ -55,7 +55,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
-from sweflow.envcache.store import Layer, LayerStore, flocked
+from sweflow.envcache.records import Layer
+from sweflow.envcache.store import LayerStore
+from sweflow.envcache.storefiles import flocked
 from sweflow.errors import SweflowError
 from sweflow.sandbox.tarfiles import (
     ChunkReader,
