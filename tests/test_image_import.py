@@ -21,8 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from sweflow.envcache import images
-from sweflow.envcache.images import ImageImportError, import_base, import_image, split_path_ref
+from sweflow.envcache.images import importer as images
+from sweflow.envcache.images.importer import (
+    ImageImportError,
+    import_base,
+    import_image,
+    split_path_ref,
+)
 from sweflow.envcache.store import LayerStore
 from sweflow.sandbox import SandboxSpec, open_sandbox
 

@@ -33,7 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from sweflow.envcache import pypi_cutoff
-from sweflow.envcache.images import find_image, import_base, import_image
+from sweflow.envcache.images.importer import find_image, import_base, import_image
 from sweflow.envcache.records import Layer
 from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_version
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file

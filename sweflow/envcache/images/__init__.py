@@ -1,0 +1,1 @@
+"""Container images into the layer store, without a docker daemon (``importer``)."""
