@@ -125,16 +125,22 @@ def safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             os.link(source, path, follow_symlinks=False)
             continue
-        tar.extract(
-            member,
-            dest,
-            set_attrs=not member.isdir(),
-            numeric_owner=True,
-            filter=tarfile.fully_trusted_filter,
-        )
+        extract_member(tar, member, dest)
         if member.isdir():
             dirs.append((member, path))
     set_dir_attrs(tar, dirs)
+
+
+def extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path) -> None:
+    """Write one checked member under ``dest``, owners by number; a directory's owner, mode and
+    mtime wait for ``set_dir_attrs`` (its members are written after it)."""
+    tar.extract(
+        member,
+        dest,
+        set_attrs=not member.isdir(),
+        numeric_owner=True,
+        filter=tarfile.fully_trusted_filter,
+    )
 
 
 def set_dir_attrs(tar: tarfile.TarFile, dirs: list[tuple[tarfile.TarInfo, Path]]) -> None:

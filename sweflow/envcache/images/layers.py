@@ -30,6 +30,7 @@ from sweflow.sandbox.layertar import OPAQUE_XATTRS
 from sweflow.sandbox.tarfiles import (
     UnsafeArchiveError,
     check_no_symlink_parents,
+    extract_member,
     make_parents,
     make_room,
     member_path,
@@ -125,13 +126,7 @@ def _extract_layer(tar: tarfile.TarFile, dest: Path) -> None:
             _hard_link(dest, member, path, skipped)
         else:
             make_room(path, keep_dir=member.isdir())
-            tar.extract(
-                member,
-                dest,
-                set_attrs=not member.isdir(),
-                numeric_owner=True,
-                filter=tarfile.fully_trusted_filter,
-            )
+            extract_member(tar, member, dest)
             _set_xattrs(member, path)
             if member.isdir():
                 dirs.append((member, path))
