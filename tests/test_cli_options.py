@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sweflow.cli import app
-from sweflow.cli.env import load_dataset_rows, make_builder
+from sweflow.cli.env import load_dataset_rows
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import validate
 from sweflow.errors import ConfigError
@@ -78,16 +78,6 @@ def test_a_store_that_is_a_file_is_refused(tmp_path: Path) -> None:
     store.write_text("not a folder")
     _refused(["env", "build", "-d", str(DEMO / "tasks.jsonl"), "--store", str(store)],
              "--store", "is a file, not a folder")  # fmt: skip
-
-
-def test_a_dataset_folder_finds_its_specs_and_repos() -> None:
-    builder = make_builder(str(DEMO), None, Path("/nonexistent-store"), None, None, None, None,
-                           None, 1)  # fmt: skip
-    assert builder.options.repo_mirror == DEMO / "repos"
-    assert {"pypi/parse", "pypi/toolz"} <= set(builder.specs.specs)
-    from_file = make_builder(str(DEMO / "tasks.jsonl"), None, Path("/x"), None, None, None, None,
-                             None, 1)  # fmt: skip
-    assert from_file.options.repo_mirror == DEMO / "repos"
 
 
 def test_repositories_without_a_source_fail_before_any_building(demo_copy: Path) -> None:

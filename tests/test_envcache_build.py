@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from sweflow.cli import app
 from sweflow.envcache.builder import BuildOptions, EnvBuilder, instance_sandbox_spec
+from sweflow.envcache.cleanup import gc
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import Prepared, judge, validate
 from sweflow.errors import SweflowError
@@ -167,7 +168,7 @@ def test_cli_build_validate_and_gc(mirror: Path, wheelhouse: Path, tmp_path: Pat
     result = runner.invoke(app, ["env", "gc", "--store", str(store)])
     assert result.exit_code == 0, result.output
     assert LayerStore(store).has_instance(first)  # gc keeps what manifests reference
-    LayerStore(store).gc(keep_instances=set())  # drop everything: images are unmounted
+    gc(LayerStore(store), keep_instances=set())  # drop everything: images are unmounted
     with open("/proc/self/mountinfo") as f:
         assert str(store) not in f.read()
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sweflow.envcache.store import LayerStore, StoreError, tree_digest
+from sweflow.envcache.cleanup import gc, store_usage
+from sweflow.envcache.store import LayerStore, StoreError
+from sweflow.envcache.treedigest import tree_digest
 from sweflow.sandbox import SandboxSpec, open_sandbox
 from sweflow.sandbox.rootfs import MARKER
 
@@ -195,12 +197,12 @@ def test_import_dir_references_the_rootfs(store, bookworm_rootfs, tmp_path):
     manifest = store.write_manifest("demo__demo-1", [base, inst])
 
     assert "print(1)" in run(store.layer_paths(manifest), "cat /testbed/a.py; python3 -V")
-    usage = store.usage()
+    usage = store_usage(store)
     assert usage.layers[base.digest].external and usage.layers[base.digest].disk_bytes == 0
     assert usage.external_bytes == base.size_bytes > 100e6
-    assert store.gc().layers == []
+    assert gc(store).layers == []
 
-    report = store.gc(keep_instances=set())
+    report = gc(store, keep_instances=set())
     assert set(report.layers) == {base.digest, inst.digest}
     assert not os.path.lexists(link) and (bookworm_rootfs / MARKER).is_file()
 
@@ -255,7 +257,7 @@ def test_usage_counts_hard_links_once_and_shared_layers_once(store):
     store.write_manifest("i1", [shared, own])
     store.write_manifest("i2", [shared])
 
-    usage = store.usage()
+    usage = store_usage(store)
     assert shared.size_bytes == 1014 and own.size_bytes == 500
     assert usage.layers[shared.digest].size_bytes == 1014
     assert usage.instances == {"i1": 1514, "i2": 1014}
@@ -281,7 +283,7 @@ def test_gc_keeps_what_manifests_reference(store):
     fresh.write_bytes(b"z")
     os.utime(old, (time.time() - 7200, time.time() - 7200))
 
-    report = store.gc()
+    report = gc(store)
     assert report.layers == [c.digest] and report.manifests == []
     assert sorted(report.tmp) == sorted([dead.name, old.name])
     assert report.freed_bytes == 300 + 50 + 7
@@ -289,7 +291,7 @@ def test_gc_keeps_what_manifests_reference(store):
     assert store.has_instance("i1") and store.has_instance("i2")
     assert not (store.layers / f"{c.digest}.json").exists()
 
-    report = store.gc(keep_instances={"i1"})
+    report = gc(store, keep_instances={"i1"})
     assert report.manifests == ["i2"] and report.layers == [b.digest]
     assert store.has_instance("i1") and store.read_manifest("i2") is None
 
@@ -316,7 +318,7 @@ def test_concurrent_commits_of_the_same_content(store):
 def test_gc_waits_for_a_holder(store):
     done = threading.Event()
     with store.hold():
-        worker = threading.Thread(target=lambda: (store.gc(), done.set()))
+        worker = threading.Thread(target=lambda: (gc(store), done.set()))
         worker.start()
         time.sleep(0.3)
         assert not done.is_set()
@@ -344,13 +346,13 @@ def test_packed_layer_is_a_lower_and_keeps_whiteouts(store, bookworm_rootfs, fmt
     assert os.getxattr(path / "usr/share/doc/git", "user.overlay.opaque") == b"y"
     assert os.lstat(path / "etc/debian_version").st_rdev == os.makedev(0, 0)
     assert tree_digest(path).digest == layer.digest  # the image holds exactly the layer
-    usage = store.usage().layers[layer.digest]
+    usage = store_usage(store).layers[layer.digest]
     assert usage.disk_bytes == usage.packed_bytes == image.stat().st_size
 
     manifest = store.read_manifest("demo__demo-1")
     assert run(store.layer_paths(manifest), CHECK).strip() == "checked"
 
-    report = store.gc(keep_instances=set())
+    report = gc(store, keep_instances=set())
     assert report.unmounted == report.packed == [layer.digest]
     assert sorted(report.layers) == sorted([layer.digest, base.digest])
     assert not image.exists() and not path.exists()

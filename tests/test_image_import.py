@@ -21,10 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from sweflow.envcache import images
-from sweflow.envcache.images import ImageImportError, import_base, import_image, split_path_ref
+from sweflow.envcache.images import importer
+from sweflow.envcache.images.importer import import_base, import_image, split_path_ref
+from sweflow.envcache.images.manifests import HOST_ARCH
+from sweflow.envcache.images.registry import parse_reference, url_scheme
+from sweflow.envcache.images.sources import ImageImportError
 from sweflow.envcache.store import LayerStore
 from sweflow.sandbox import SandboxSpec, open_sandbox
+from sweflow.sandbox.layertar import OPAQUE_XATTRS
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -227,13 +231,13 @@ def archive(tmp_path: Path) -> Path:
 def extractions(monkeypatch) -> list[str]:
     """The layer blobs each import extracts (a spy on the extraction itself)."""
     seen: list[str] = []
-    real = images._extract_checked
+    real = importer.extract_checked
 
     def spy(archive, blob, upper):
         seen.append(blob.diff_id)
         return real(archive, blob, upper)
 
-    monkeypatch.setattr(images, "_extract_checked", spy)
+    monkeypatch.setattr(importer, "extract_checked", spy)
     return seen
 
 
@@ -270,7 +274,7 @@ def test_layers_keep_files_and_whiteouts_become_overlayfs_ones(store, archive):
     assert (lower / "ro/inside").is_file()
 
     assert is_whiteout(upper / "app/gone.txt")
-    for name in images.OPAQUE_XATTRS:
+    for name in OPAQUE_XATTRS:
         assert os.getxattr(upper / "app/cache", name) == b"y"
     assert (upper / "app/cache/new").read_text() == "new\n"
     assert stat.S_IMODE(os.stat(upper / "implicit/parent").st_mode) == 0o755
@@ -323,7 +327,7 @@ def test_an_oci_layout_gives_the_same_layers(tmp_path, archive, extractions):
     layout = OciLayout(tmp_path / "layout")
     foreign = layout.image(OTHER)
     native = layout.image(IMAGE, gzip_below=1 << 30)
-    layout.tag(layout.platforms({"s390x": foreign, images.HOST_ARCH: native}), "demo:1")
+    layout.tag(layout.platforms({"s390x": foreign, HOST_ARCH: native}), "demo:1")
     layout.tag(layout.image(OTHER), "other:2")
     packed = tar_dir(layout.root, tmp_path / "layout.tar")
 
@@ -467,21 +471,21 @@ def test_names(tmp_path, store):
     with pytest.raises(ImageImportError, match="no image archive at"):
         split_path_ref(str(tmp_path / "nope.tar:x"))
     digest = "sha256:" + "ab" * 32
-    assert images._parse_reference("python:3.11", "") == (
+    assert parse_reference("python:3.11", "") == (
         "registry-1.docker.io",
         "library/python",
         "3.11",
     )
-    assert images._parse_reference(f"ghcr.io/a/b-c@{digest}", "") == ("ghcr.io", "a/b-c", digest)
-    assert images._parse_reference("localhost:5000/x", "") == ("localhost:5000", "x", "latest")
-    assert [images._scheme(h) for h in ("localhost:5000", "[::1]:80", "127.0.0.2", "ghcr.io")] == [
+    assert parse_reference(f"ghcr.io/a/b-c@{digest}", "") == ("ghcr.io", "a/b-c", digest)
+    assert parse_reference("localhost:5000/x", "") == ("localhost:5000", "x", "latest")
+    assert [url_scheme(h) for h in ("localhost:5000", "[::1]:80", "127.0.0.2", "ghcr.io")] == [
         "http",
         "http",
         "http",
         "https",
     ]
     with pytest.raises(ImageImportError, match="not a registry reference"):
-        images._parse_reference("Upper/Case", "registry:Upper/Case")
+        parse_reference("Upper/Case", "registry:Upper/Case")
     for other in ("host", "debian:bookworm", "docker:python:3.11", str(tmp_path)):
         assert import_base(store, other) is None
 
@@ -584,7 +588,7 @@ def registry(monkeypatch):
 def test_a_registry_gives_the_same_layers(tmp_path, archive, registry, extractions):
     layout = OciLayout(tmp_path / "layout")
     native = layout.image(IMAGE, gzip_below=1 << 30)
-    layout.tag(layout.platforms({"s390x": layout.image(OTHER), images.HOST_ARCH: native}), "1")
+    layout.tag(layout.platforms({"s390x": layout.image(OTHER), HOST_ARCH: native}), "1")
     layout.tag(layout.image(OTHER), "2")
     host, seen = registry(layout.root, "team/demo")
     store = LayerStore(tmp_path / "store")

@@ -22,13 +22,13 @@ from sweflow.sandbox.rootfs import (
     SUITES,
     RootfsError,
     _build_once,
-    _safe_extract,
     debootstrap_rootfs,
     docker_image_rootfs,
     host_rootfs,
     resolve_base,
     rootfs_info,
 )
+from sweflow.sandbox.tarfiles import UnsafeArchiveError, safe_extract
 
 IS_ROOT = os.geteuid() == 0
 
@@ -277,8 +277,8 @@ def test_untar_rejects_members_outside_dest(tmp_path: Path, name: str) -> None:
     dest.mkdir()
     kind = tarfile.DIRTYPE if name == ".." else tarfile.REGTYPE
     tar = _tar((_entry(name, kind), b"pwned" if kind == tarfile.REGTYPE else None))
-    with pytest.raises(RootfsError, match="unsafe archive member"):
-        _safe_extract(tar, dest)
+    with pytest.raises(UnsafeArchiveError, match="unsafe archive member"):
+        safe_extract(tar, dest)
     assert not (tmp_path / "evil").exists()
 
 
@@ -290,8 +290,8 @@ def test_untar_refuses_to_write_through_a_symlink(tmp_path: Path) -> None:
         (_entry("escape", tarfile.SYMTYPE, linkname=str(outside)), None),
         (_entry("escape/evil"), b"pwned"),
     )
-    with pytest.raises(RootfsError, match="written through"):
-        _safe_extract(tar, dest)
+    with pytest.raises(UnsafeArchiveError, match="written through"):
+        safe_extract(tar, dest)
     assert not (outside / "evil").exists()
 
 
@@ -303,7 +303,7 @@ def test_untar_replaces_a_symlink_instead_of_following_it(tmp_path: Path) -> Non
         (_entry("passwd", tarfile.SYMTYPE, linkname=str(victim)), None),
         (_entry("passwd"), b"replaced"),
     )
-    _safe_extract(tar, dest)
+    safe_extract(tar, dest)
     assert victim.read_text() == "original"
     assert (dest / "passwd").read_text() == "replaced" and not (dest / "passwd").is_symlink()
 
@@ -313,8 +313,8 @@ def test_untar_rejects_hardlinks_outside_dest(tmp_path: Path) -> None:
     dest.mkdir()
     (tmp_path / "secret").write_text("s")
     tar = _tar((_entry("link", tarfile.LNKTYPE, linkname="../secret"), None))
-    with pytest.raises(RootfsError, match="unsafe archive member"):
-        _safe_extract(tar, dest)
+    with pytest.raises(UnsafeArchiveError, match="unsafe archive member"):
+        safe_extract(tar, dest)
     assert not (dest / "link").exists()
 
 
@@ -333,7 +333,7 @@ def test_untar_keeps_links_modes_and_owners_and_drops_devices(tmp_path: Path) ->
         (_entry("dev/null", tarfile.CHRTYPE, devmajor=1, devminor=3), None),
         (_entry("dev/null-again", tarfile.LNKTYPE, linkname="dev/null"), None),
     )
-    _safe_extract(tar, dest)
+    safe_extract(tar, dest)
     bin_dir = dest / "usr/bin"
     assert (bin_dir / "su").stat().st_mode & 0o7777 == 0o4755
     assert (bin_dir / "tool").stat().st_mode & 0o7777 == 0o750

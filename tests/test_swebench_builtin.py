@@ -22,6 +22,7 @@ from sweflow.envcache.builder import (
     EnvBuilder,
     activation_of,
 )
+from sweflow.envcache.records import Layer
 from sweflow.envcache.repos import scm_version
 from sweflow.envcache.requirements import (
     RequirementsError,
@@ -29,9 +30,8 @@ from sweflow.envcache.requirements import (
     inline_requirements,
     read_repo_file,
 )
-from sweflow.envcache.store import Layer
 from sweflow.harness.evalscript import make_eval_script, test_directives, test_spec_for
-from sweflow.harness.specs import BUILTIN_SPECS, default_specs, load_specs
+from sweflow.harness.specs import BUILTIN_SPECS, load_specs
 from sweflow.instances import load_instances
 
 DATA = Path(__file__).parent / "data" / "swebench"
@@ -53,12 +53,6 @@ def test_the_builtin_table_has_every_lite_row_in_the_harness_vocabulary() -> Non
     assert sphinx.pre_install == ["apt-get update && apt-get install -y graphviz"]  # the system
     assert sphinx.setup_repo == ["sed -i 's/pytest/pytest -rA/' tox.ini"]  # the checkout
     assert table.get("django/django", "1.9").python == "3.5"
-
-
-def test_a_dataset_without_specs_gets_the_builtin_table(tmp_path: Path) -> None:
-    assert default_specs(DATA / "tasks.jsonl") == Path(BUILTIN_SPECS)
-    (tmp_path / "specs.yaml").write_text("a/b:\n  '1': {python: '3.11'}\n")
-    assert default_specs(tmp_path / "tasks.jsonl") == tmp_path / "specs.yaml"
 
 
 @pytest.mark.parametrize("activate", [ACTIVATE, CONDA_ACTIVATE], ids=["venv", "image-conda"])

@@ -27,6 +27,7 @@ from typing import Any
 
 from sweflow.bench import BenchError
 from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
+from sweflow.envcache.cleanup import store_usage
 from sweflow.instances import Instance
 from sweflow.sandbox import open_sandbox
 
@@ -191,7 +192,7 @@ def run(
         report["tarball_mb_per_instance"] = round(
             sum(t.stat().st_size for ts in tarballs.values() for t in ts) / len(ids) / 1e6, 3
         )
-    usage = builder.store.usage()
+    usage = store_usage(builder.store)
     own = sum(usage.layers[layer.digest].size_bytes for layer in _real_layers(builder, ids))
     report["store_mb_per_instance"] = round(own / len(ids) / 1e6, 3)
     report["shared_base_mb"] = round(usage.external_bytes / 1e6, 3)

@@ -28,12 +28,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sweflow.bench import REPO, BenchError, bench_root
-from sweflow.envcache.builder import BuildOptions, EnvBuilder
+from sweflow.envcache.dataset import dataset_builder
 from sweflow.envcache.repos import RepoError, RepoSource
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import validate_one
-from sweflow.harness.specs import default_specs, load_specs
-from sweflow.instances import Instance, beside_dataset, load_instances
+from sweflow.instances import Instance, load_instances
 from sweflow.sandbox.tracking import interruptible_map
 
 Progress = Callable[[str], None]
@@ -118,13 +117,14 @@ def run(
     progress: Progress = print,
 ) -> dict:
     dataset = dataset or DATASET
-    mirror = repo_mirror or beside_dataset(dataset, "repos")
     store = store or bench_root("swebench") / "store"
-    table = load_specs(specs or default_specs(dataset))
     rows = load_instances(dataset).raise_for_errors()[: limit or None]
     if not rows:
         raise BenchError(f"{dataset}: no rows")
-    options = BuildOptions(store=store, repo_mirror=mirror, max_workers=max_workers)
+    builder = dataset_builder(
+        dataset, store, specs=specs, mirror=repo_mirror, max_workers=max_workers
+    )
+    mirror = builder.options.repo_mirror
     results = _Results(store)
     source = RepoSource(mirror=mirror)
     mirrored: list[Instance] = []
@@ -137,7 +137,6 @@ def run(
             not_mirrored[row.repo] += 1
     todo = [r for r in mirrored if results.get(r.instance_id) is None]
     progress(f"{len(rows)} rows, {len(mirrored)} mirrored, {len(todo)} to build and validate")
-    builder = EnvBuilder(table, options)
     logs = store / "bench-swebench" / "logs"
 
     def build_then_validate(instance: Instance) -> None:

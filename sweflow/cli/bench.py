@@ -100,12 +100,15 @@ def bench_envprep(
     """
     from sweflow.bench import ENVCACHE, bench_root
     from sweflow.bench.envprep import run
-    from sweflow.cli.env import load_dataset_rows, make_builder
+    from sweflow.cli.env import load_dataset_rows
+    from sweflow.envcache.dataset import dataset_builder
 
     dataset = dataset or str(ENVCACHE)
     store = store or bench_root("envprep") / "store"
     rows = load_dataset_rows(dataset, None, None)
-    builder = make_builder(dataset, specs, store, repo_mirror, None, None, None, wheelhouse, 2)
+    builder = dataset_builder(
+        dataset, store, specs=specs, mirror=repo_mirror, wheelhouse=wheelhouse, max_workers=2
+    )
     if e2b and importlib.util.find_spec("e2b") is None:
         _progress("e2b: skipped (the e2b SDK is not installed: pip install 'sweflow[e2b]')")
         e2b = False

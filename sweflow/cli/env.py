@@ -102,39 +102,6 @@ def load_dataset_rows(dataset: str, split: str | None, ids: list[str] | None) ->
     return result.instances
 
 
-def make_builder(
-    dataset: str,
-    specs: Path | None,
-    store: Path,
-    mirror: Path | None,
-    repo: Path | None,
-    repo_url: str | None,
-    base: str | None,
-    wheelhouse: Path | None,
-    workers: int,
-    progress=None,
-    images: str | None = None,
-) -> EnvBuilder:
-    from sweflow.envcache.builder import BuildOptions, EnvBuilder
-    from sweflow.grading.dataset import bundle_mirror
-    from sweflow.harness.specs import default_specs, load_specs
-
-    specs_path = specs or default_specs(dataset)
-    if mirror is None and repo is None and repo_url is None and Path(dataset).exists():
-        mirror = bundle_mirror(Path(dataset))  # datasets ship their repositories beside them
-    options = BuildOptions(
-        store=store,
-        repo_mirror=mirror,
-        repo_path=repo,
-        repo_url=repo_url,
-        base=base,
-        images=images,
-        wheelhouse=wheelhouse,
-        max_workers=workers,
-    )
-    return EnvBuilder(load_specs(specs_path), options, progress)
-
-
 @dataclass(frozen=True)
 class DatasetArgs:
     """The dataset and build options that ``dataset_options`` gives a command."""
@@ -156,22 +123,24 @@ class DatasetArgs:
         return load_dataset_rows(self.dataset, self.split, self.instances)
 
     def specs_path(self) -> Path:
-        from sweflow.harness.specs import default_specs
+        from sweflow.envcache.dataset import dataset_specs
 
-        return self.specs or default_specs(self.dataset)
+        return dataset_specs(self.dataset, self.specs)
 
     def builder(self) -> EnvBuilder:
-        return make_builder(
+        from sweflow.envcache.dataset import dataset_builder
+
+        return dataset_builder(
             self.dataset,
-            self.specs,
             self.store,
-            self.repo_mirror,
-            self.repo,
-            self.repo_url,
-            self.base,
-            self.wheelhouse,
-            self.max_workers,
+            specs=self.specs,
+            mirror=self.repo_mirror,
+            repo_path=self.repo,
+            repo_url=self.repo_url,
+            base=self.base,
             images=self.images,
+            wheelhouse=self.wheelhouse,
+            max_workers=self.max_workers,
         )
 
 
@@ -345,10 +314,11 @@ def env_gc(
       sweflow env gc --store store/
       sweflow env gc --store store/ -d data/demo/tasks.jsonl
     """
+    from sweflow.envcache.cleanup import gc
     from sweflow.envcache.store import LayerStore
 
     keep = {i.instance_id for i in load_dataset_rows(dataset, split, None)} if dataset else None
-    report = LayerStore(store).gc(keep)
+    report = gc(LayerStore(store), keep)
     for what, items in (("manifest", report.manifests), ("layer", report.layers)):
         for item in items:
             console.print(f"removed {what} {item}", highlight=False)

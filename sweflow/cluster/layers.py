@@ -16,7 +16,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweflow.envcache.store import LayerInfo, LayerStore, Manifest, StoreError
+from sweflow.envcache.records import LayerInfo, Manifest
+from sweflow.envcache.store import LayerStore, StoreError
 from sweflow.paths import rootfs_cache
 from sweflow.sandbox.rootfs import MARKER
 

@@ -21,7 +21,8 @@ import ray
 
 from sweflow.cluster import layers
 from sweflow.cluster.node import NODE_NAME_ENV, NODE_STORE_ENV
-from sweflow.envcache.store import LayerInfo, LayerStore
+from sweflow.envcache.records import LayerInfo
+from sweflow.envcache.store import LayerStore
 from sweflow.errors import SweflowError
 
 

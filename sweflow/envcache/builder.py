@@ -33,10 +33,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from sweflow.envcache import pypi_cutoff
-from sweflow.envcache.images import find_image, import_base, import_image
+from sweflow.envcache.images.importer import find_image, import_base, import_image
+from sweflow.envcache.records import Layer
 from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_version
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
-from sweflow.envcache.store import Layer, LayerStore, flocked
+from sweflow.envcache.store import LayerStore
+from sweflow.envcache.storefiles import flocked
 from sweflow.envcache.validate import Prepared
 from sweflow.errors import SweflowError
 from sweflow.harness import internet

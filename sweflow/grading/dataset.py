@@ -1,8 +1,9 @@
 """A dataset ready to grade: its rows, specs and repositories, and a builder on a layer store.
 
 Datasets ship as ``tasks.jsonl`` with ``specs.yaml`` beside it and their repositories as git
-bundles, either beside it (tests/data/envcache) or in ``repos/`` (data/demo); the builder takes
-a bundle folder as its repo mirror. Used by the grading tests, the cross-check and the benchmark.
+bundles, either beside it (tests/data/envcache) or in ``repos/`` (data/demo): the builder finds
+them as every command does (``sweflow.envcache.dataset``). Used by the grading tests, the
+cross-check and the benchmarks.
 """
 
 from __future__ import annotations
@@ -13,15 +14,10 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from sweflow.envcache.builder import BuildOptions, BuildResult, EnvBuilder
-from sweflow.harness.specs import SpecTable, default_specs, load_specs
-from sweflow.instances import Instance, beside_dataset, load_instances
-
-
-def bundle_mirror(dataset: Path) -> Path:
-    """The folder of the dataset's repositories: ``repos/`` beside it, else its own folder."""
-    repos = beside_dataset(dataset, "repos")
-    return repos if repos.is_dir() else repos.parent
+from sweflow.envcache.builder import BuildResult, EnvBuilder
+from sweflow.envcache.dataset import dataset_builder
+from sweflow.harness.specs import SpecTable
+from sweflow.instances import Instance, load_instances
 
 
 @dataclass
@@ -40,12 +36,9 @@ class GradingData:
         specs: Path | None = None,
         mirror: Path | None = None,
     ) -> GradingData:
-        table = load_specs(specs or default_specs(dataset))
-        options = BuildOptions(
-            store=store, repo_mirror=mirror or bundle_mirror(dataset), wheelhouse=wheelhouse
-        )
         instances = load_instances(dataset).raise_for_errors()
-        return cls(dataset, instances, table, EnvBuilder(table, options))
+        builder = dataset_builder(dataset, store, specs=specs, mirror=mirror, wheelhouse=wheelhouse)
+        return cls(dataset, instances, builder.specs, builder)
 
     @property
     def store(self) -> Path:

@@ -214,14 +214,6 @@ def builtin_specs() -> SpecTable:
     return SpecTable.from_mapping(data, source=f"built-in specs ({BUILTIN_SPECS})")
 
 
-def default_specs(dataset: Path | str) -> Path:
-    """The specs of a dataset given none: ``specs.yaml`` beside it, else the built-in table."""
-    from sweflow.instances import beside_dataset
-
-    found = beside_dataset(dataset, "specs.yaml")
-    return found if found.exists() else Path(BUILTIN_SPECS)
-
-
 def test_command(spec: EnvSpec, test_files: Sequence[str]) -> str:
     """The command that runs ``test_files``, built the way the harness builds it.
 

@@ -15,8 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.agent.config import AgentConfig, SamplingConfig, ServedTeacher, Teacher
-from sweflow.harness.specs import default_specs
-from sweflow.instances import beside_dataset
+from sweflow.envcache.dataset import dataset_specs
 from sweflow.sandbox.backends import DEFAULT_BACKEND
 from sweflow.sandbox.spec import BackendName
 from sweflow.serving.models import DEFAULT_MODEL
@@ -32,15 +31,14 @@ class Section(BaseModel):
 class DatasetSection(Section):
     path: Path = Field(Path("data/demo/tasks.jsonl"), description="JSON/JSONL/parquet tasks")
     specs: Path | None = Field(None, description="environment specs; default beside the data")
-    repo_mirror: Path | None = Field(None, description="git repos or bundles; default repos/")
+    repo_mirror: Path | None = Field(
+        None, description="git repos or bundles; default repos/ beside the data, else its folder"
+    )
     instances: list[str] | None = Field(None, description="only these instance ids")
     limit: int | None = Field(None, ge=1, description="only the first N instances")
 
     def specs_path(self) -> Path:
-        return self.specs or default_specs(self.path)
-
-    def mirror(self) -> Path:
-        return self.repo_mirror or beside_dataset(self.path, "repos")
+        return dataset_specs(self.path, self.specs)
 
 
 class EnvsSection(Section):

@@ -27,7 +27,7 @@ from sweflow.paths import cache_root
 from sweflow.sandbox.errors import SandboxConfigError
 
 ROOTFS_MARKER = ".sweflow-rootfs.json"
-_OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
+OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")  # as root; with userxattr
 
 
 def layer_fingerprint(layer: Path) -> str:
@@ -78,7 +78,7 @@ def _is_whiteout(info: os.stat_result) -> bool:
 
 
 def _is_opaque(path: str) -> bool:
-    for name in _OPAQUE_XATTRS:
+    for name in OPAQUE_XATTRS:
         try:
             if os.getxattr(path, name, follow_symlinks=False) == b"y":
                 return True

@@ -18,13 +18,14 @@ import shlex
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweflow.errors import SweflowError
 from sweflow.sandbox.mounts import mounts_under
+from sweflow.sandbox.tarfiles import ChunkReader, UnsafeArchiveError, safe_extract
 
 if TYPE_CHECKING:
     import docker
@@ -193,13 +194,15 @@ def docker_image_rootfs(
                 image_id, command=["/bin/true"], network_disabled=True
             )
             try:
-                stream = io.BufferedReader(_ChunkReader(container.export()), buffer_size=1 << 20)
+                stream = io.BufferedReader(ChunkReader(container.export()), buffer_size=1 << 20)
                 with tarfile.open(fileobj=stream, mode="r|") as tar:
-                    _safe_extract(tar, target)
+                    safe_extract(tar, target)
             finally:
                 container.remove(force=True)
         except docker.errors.DockerException as exc:
             raise RootfsError(f"exporting docker image {image!r} failed: {exc}") from exc
+        except UnsafeArchiveError as exc:
+            raise RootfsError(str(exc)) from exc
         (target / ".dockerenv").unlink(missing_ok=True)  # added by the export, not in the image
 
     meta = {"kind": "docker", "image": image, "image_id": image_id}
@@ -375,108 +378,3 @@ def _remove_tree(path: Path) -> None:
         shutil.rmtree(path)
     else:
         os.unlink(path)
-
-
-class _ChunkReader(io.RawIOBase):
-    """A readable file over an iterator of byte chunks (docker's export stream)."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks: Iterator[bytes] = iter(chunks)
-        self._pending = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._pending:
-            try:
-                self._pending = next(self._chunks)
-            except StopIteration:
-                return 0
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        return size
-
-
-def _member_path(dest: Path, name: str) -> Path:
-    """Where archive member ``name`` lands under ``dest``.
-
-    Absolute names and any ``..`` are refused outright, even ones that would stay inside:
-    tarfile writes to the name as given, and ``a/../x`` climbs out if ``a`` is a symlink.
-    """
-    parts = PurePosixPath(name).parts
-    if name.startswith("/") or ".." in parts:
-        raise RootfsError(f"unsafe archive member {name!r}: it could land outside {dest}")
-    return dest.joinpath(*parts)
-
-
-def _check_no_symlink_parents(dest: Path, path: Path) -> None:
-    """Refuse to write through a symlink an earlier member planted (e.g. ``lib -> /``)."""
-    current = dest
-    for part in path.relative_to(dest).parts[:-1]:
-        current = current / part
-        if current.is_symlink():
-            raise RootfsError(f"unsafe archive member: {path} would be written through {current}")
-        if not current.exists():
-            return
-
-
-def _clear(path: Path, keep_dir: bool) -> None:
-    """Make room for a member: later members replace earlier ones, as in tar itself."""
-    if not os.path.lexists(path):
-        return
-    if path.is_dir() and not path.is_symlink():
-        if not keep_dir:
-            shutil.rmtree(path)
-    else:
-        path.unlink()
-
-
-def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
-    """Unpack ``tar`` (may be a stream) into ``dest`` as a root filesystem, safely.
-
-    Keeps symlinks (as written, absolute ones included: they resolve inside the sandbox),
-    hard links, modes (setuid too) and numeric ownership; refuses members that would land or
-    link outside ``dest``; leaves device nodes out, since a sandbox brings its own /dev.
-    """
-    dest = Path(os.path.realpath(dest))
-    dirs: list[tuple[tarfile.TarInfo, Path]] = []
-    skipped: set[Path] = set()
-    for member in tar:
-        path = _member_path(dest, member.name)
-        _check_no_symlink_parents(dest, path)
-        if path == dest and not member.isdir():
-            raise RootfsError(f"unsafe archive member {member.name!r}: replaces the root")
-        if member.ischr() or member.isblk():
-            _clear(path, keep_dir=False)
-            skipped.add(path)
-            continue
-        _clear(path, keep_dir=member.isdir())
-        if member.islnk():
-            source = _member_path(dest, member.linkname)
-            _check_no_symlink_parents(dest, source)
-            if source in skipped:
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.link(source, path, follow_symlinks=False)
-            continue
-        tar.extract(
-            member,
-            dest,
-            set_attrs=not member.isdir(),
-            numeric_owner=True,
-            filter=tarfile.fully_trusted_filter,
-        )
-        if member.isdir():
-            dirs.append((member, path))
-    set_dir_attrs(tar, dirs)
-
-
-def set_dir_attrs(tar: tarfile.TarFile, dirs: list[tuple[tarfile.TarInfo, Path]]) -> None:
-    """Owners, mtimes and modes of extracted directories, deepest first, as extractall does:
-    set earlier, a read-only directory or its mtime would not survive its members."""
-    for member, path in reversed(dirs):
-        tar.chown(member, str(path), numeric_owner=True)
-        tar.utime(member, str(path))
-        tar.chmod(member, str(path))

@@ -142,18 +142,19 @@ def split_tasks(config: PipelineConfig, rows: list[Instance]) -> dict[str, list[
 
 
 def make_builder(config: PipelineConfig) -> EnvBuilder:
-    from sweflow.envcache.builder import BuildOptions, EnvBuilder
-    from sweflow.harness.specs import load_specs
+    """The builder of the run's store for the config's dataset, with its ``envs`` options."""
+    from sweflow.envcache.dataset import dataset_builder
 
-    envs = config.envs
-    options = BuildOptions(
-        store=config.store(),
-        repo_mirror=config.dataset.mirror(),
+    data, envs = config.dataset, config.envs
+    return dataset_builder(
+        data.path,
+        config.store(),
+        specs=data.specs,
+        mirror=data.repo_mirror,
         wheelhouse=envs.wheelhouse,
         max_workers=envs.max_workers,
         timeout_s=envs.timeout_s,
     )
-    return EnvBuilder(load_specs(config.dataset.specs_path()), options)
 
 
 def make_executor(config: PipelineConfig) -> Executor:

@@ -1,0 +1,145 @@
+"""What a store holds and what it can let go: bytes per layer and instance, and gc.
+
+Accounting reads the layers' sidecars, never a tree. Garbage collection takes the store's lock
+exclusively, so it waits for running commits (``LayerStore.hold``) and no builder sees a layer
+vanish between its commit and the manifest that references it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, Field
+
+from sweflow.envcache import packing
+from sweflow.envcache.records import load_manifest
+from sweflow.envcache.store import LayerStore, StoreError
+from sweflow.envcache.storefiles import abandoned, apparent_size, flocked, remove_entry
+
+
+class LayerUsage(BaseModel):
+    size_bytes: int  # apparent size of the tree
+    packed_bytes: int  # size of its image, 0 if not packed
+    disk_bytes: int  # what the store holds for it: the unpacked dir (not if imported) + image
+    external: bool  # imported by reference: its bytes live outside the store
+
+
+class StoreUsage(BaseModel):
+    layers: dict[str, LayerUsage]
+    instances: dict[str, int]  # bytes of an instance = the sum of its layers' sizes
+    total_bytes: int  # bytes the store's own files take, each layer counted once
+    external_bytes: int  # bytes of imported layers, outside the store
+    store_bytes_per_instance: float  # total_bytes / instances: what deduplication buys
+
+
+class GcReport(BaseModel):
+    manifests: list[str] = Field(default_factory=list)
+    layers: list[str] = Field(default_factory=list)
+    packed: list[str] = Field(default_factory=list)
+    unmounted: list[str] = Field(default_factory=list)
+    tmp: list[str] = Field(default_factory=list)
+    freed_bytes: int = 0
+
+    def summary(self) -> str:
+        """One sentence for people: what was removed and the space it gave back."""
+        parts = [
+            f"{len(items)} {what}"
+            for what, items in (
+                ("manifests", self.manifests),
+                ("layers", self.layers),
+                ("packed images", self.packed),
+                ("stale mounts", self.unmounted),
+                ("leftover temporary folders", self.tmp),
+            )
+            if items
+        ]
+        if not parts:
+            return "nothing to remove"
+        return f"removed {', '.join(parts)}; freed {self.freed_bytes / 2**20:.1f} MiB"
+
+
+def store_usage(store: LayerStore) -> StoreUsage:
+    """Bytes per layer and per instance, from the sidecars (no tree is walked)."""
+    layers: dict[str, LayerUsage] = {}
+    for digest in sorted(store.digests()):
+        if not store.has_layer(digest):
+            continue  # an orphan sidecar
+        info = store.layer_info(digest)
+        image = store.packed_image(digest)
+        packed = image.stat().st_size if image is not None else 0
+        path = store.layers / digest
+        external = path.is_symlink()
+        unpacked = info.size_bytes if path.is_dir() and not external else 0
+        layers[digest] = LayerUsage(
+            size_bytes=info.size_bytes,
+            packed_bytes=packed,
+            disk_bytes=unpacked + packed,
+            external=external,
+        )
+    instances = {}
+    for instance_id in store.instance_ids():
+        manifest = store.read_manifest(instance_id)
+        if manifest is not None:
+            instances[instance_id] = sum(layer.size_bytes for layer in manifest.layers)
+    total = sum(layer.disk_bytes for layer in layers.values())
+    return StoreUsage(
+        layers=layers,
+        instances=instances,
+        total_bytes=total,
+        external_bytes=sum(lay.size_bytes for lay in layers.values() if lay.external),
+        store_bytes_per_instance=total / len(instances) if instances else 0.0,
+    )
+
+
+def gc(store: LayerStore, keep_instances: set[str] | None = None) -> GcReport:
+    """Remove manifests not in ``keep_instances`` (if given) or unreadable, every layer no
+    manifest references (its image unmounted and deleted; an imported layer only loses its
+    link), empty mount points, and tmp entries whose owner process is gone (those with no
+    owner in their name: when older than ``STALE_TMP_S``). Waits for running commits."""
+    report = GcReport()
+    with flocked(store.root / "store.lock"):
+        referenced: set[str] = set()
+        for path in sorted(store.manifests.glob("*.json")):
+            manifest = load_manifest(path)
+            if manifest is None or (keep_instances is not None and path.stem not in keep_instances):
+                path.unlink()
+                report.manifests.append(path.stem)
+            else:
+                referenced.update(layer.digest for layer in manifest.layers)
+        for digest in sorted(store.digests() - referenced):
+            _remove_layer(store, digest, report)
+        for point in store.mnt.iterdir():
+            if not os.path.ismount(point):
+                try:
+                    point.rmdir()
+                except OSError:
+                    pass  # not empty: not ours to delete
+        for entry in sorted(store.tmp.iterdir()):
+            if abandoned(entry):
+                report.freed_bytes += apparent_size(entry)
+                remove_entry(entry)
+                report.tmp.append(entry.name)
+    return report
+
+
+def _remove_layer(store: LayerStore, digest: str, report: GcReport) -> None:
+    point = store.mnt / digest
+    if os.path.ismount(point):
+        packing.unmount(point)
+        report.unmounted.append(digest)
+    image = store.packed_image(digest)
+    path = store.layers / digest
+    if image is not None or os.path.lexists(path):
+        report.layers.append(digest)
+    if image is not None:
+        report.freed_bytes += image.stat().st_size
+        image.unlink()
+        report.packed.append(digest)
+    if path.is_dir() and not path.is_symlink():
+        try:
+            report.freed_bytes += store.layer_info(digest).size_bytes
+        except StoreError:  # its sidecar is gone: count the files instead
+            report.freed_bytes += apparent_size(path)
+    if os.path.lexists(path):
+        remove_entry(path)
+    path.with_name(f"{digest}.json").unlink(missing_ok=True)
