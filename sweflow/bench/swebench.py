@@ -39,8 +39,8 @@ Progress = Callable[[str], None]
 # Three real SWE-bench Lite rows (pallets/flask) with their commits in repos/ (a 0.9 MB tar of a
 # shallow repository, scripts/make_swebench_sample.py): what runs with no option.
 DATASET = REPO / "tests" / "data" / "swebench" / "sample" / "tasks.jsonl"
-DOCKER_IMAGE_MB = 1210.0  # an official SWE-bench instance image (FACTS.md)
-MINISANDBOX_MB = 178.0  # SWE-MiniSandbox, per SWE-bench Verified instance (FACTS.md)
+DOCKER_IMAGE_MB = 1210.0  # an official SWE-bench instance image (SWE-MiniSandbox, arXiv 2602.11210)
+MINISANDBOX_MB = 178.0  # SWE-MiniSandbox per SWE-bench Verified instance (arXiv 2602.11210)
 
 
 NETWORK_ERRORS = ("Temporary failure in name resolution", "Network is unreachable")

@@ -21,7 +21,8 @@ from sweflow.instances.record import InstancesError, LoadResult, RowError, parse
 Raw = tuple[str, int, Any]
 Rows = Iterable[Raw | RowError | None]
 
-# A swebench-5 task repo keeps these columns as files next to task.yaml (swebench/task/repo.py).
+# A swebench-5 task repo keeps these columns as files next to task.yaml (as swebench 5's
+# swebench.task.repo module writes them).
 TASK_FILES = ("task.yaml", "task.yml", "task.json")
 AS_FILE = {
     "patch": "gold.patch",
