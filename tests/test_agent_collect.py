@@ -266,3 +266,33 @@ def test_collect_refuses_an_endpoint_teacher_without_its_endpoint(env_args) -> N
     assert result.exit_code == 2 and "--model-url" in result.output
     result = CliRunner().invoke(app, ["collect", *env_args, "--teacher", "nope", "--out", "x"])
     assert result.exit_code == 2 and "choose endpoint or replay" in result.output
+
+
+HOOK = (
+    "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, "
+    "call):\n    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
+)
+
+
+def test_collect_never_keeps_a_run_that_hacks_the_tests(rows, env_args, tmp_path) -> None:
+    """A teacher whose 'fix' is a conftest hook that marks failures passed: refused by the tamper
+    guard (on by default), so nothing becomes SFT data; the harness alone would keep it."""
+    hack = [
+        call(EDITOR, command="create", path="/testbed/conftest.py", file_text=HOOK),
+        call("submit"),
+    ]
+    script = script_file(tmp_path / "s.json", {REPLAYED[0]: hack}, rows)
+    figures = {}
+    for guard in ("--tamper-guard", "--no-tamper-guard"):
+        out = tmp_path / guard
+        with scripted_endpoint(script) as (url, _):
+            invoke(["collect", *env_args, *ids_args([REPLAYED[0]]), "--model-url", url,
+                    "--model", "scripted", "--out", str(out), guard])  # fmt: skip
+        run = Trajectory.load(out / "trajectories" / REPLAYED[0] / "run-0.json")
+        figures[guard] = (
+            run.resolved,
+            run.reward["apply_status"],
+            len(read_jsonl(out / "sft.jsonl")),
+        )
+    assert figures["--tamper-guard"] == (False, "touches_tests", 0)
+    assert figures["--no-tamper-guard"] == (True, "applied", 1)

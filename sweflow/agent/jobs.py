@@ -118,6 +118,6 @@ def replay_collect(
         spec_for=lambda row: instance_sandbox_spec(layers, row.instance_id),
         max_open_sandboxes=max_open_sandboxes,
         backend=backend,
-        grade=grade_with(Grader(store, specs, backend=backend)),
+        grade=grade_with(Grader(store, specs, backend=backend, tamper_guard=True)),
     )
     return asyncio.run(collect(rows, batch))

@@ -250,6 +250,12 @@ def collect_command(
         help="endpoint: the model at --model-url; replay: each task's gold patch played "
         "through the agent's tools (no model needed).",
     ),
+    tamper_guard: bool = typer.Option(
+        True,
+        "--tamper-guard/--no-tamper-guard",
+        help="Refuse runs whose patch passes the tests without fixing anything (edits tests or "
+        "their settings, hides paths, reaches into the test runner): they never become data.",
+    ),
 ) -> None:
     """Golden trajectories: K graded runs per task; resolved runs become the SFT dataset.
 
@@ -267,7 +273,8 @@ def collect_command(
     if teacher == "replay":
         rows = _replayable(rows, builder, options)
     log_dir = agent.out / "grading"
-    grader = Grader(builder.options.store, builder.specs, backend=agent.backend, log_dir=log_dir)
+    grader = Grader(builder.options.store, builder.specs, backend=agent.backend, log_dir=log_dir,
+                    tamper_guard=tamper_guard)  # fmt: skip
     options.update(rollouts=rollouts, max_grading=graders, grader=grader)
     agent.run("collect", len(rows) * rollouts, options, lambda b: collect(rows, b), model)
 

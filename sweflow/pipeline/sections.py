@@ -121,6 +121,11 @@ class CollectSection(Section):
     )
     rollouts: int = Field(1, ge=1, description="runs per task")
     limit: int | None = Field(2, ge=1, description="tasks used (None: all in the train split)")
+    tamper_guard: bool = Field(
+        True,
+        description="refuse runs whose patch passes the tests without fixing anything "
+        "(edits tests or their settings, reaches into the runner): never golden data",
+    )
 
 
 class SFTSection(SFTConfig, Section):
@@ -140,3 +145,8 @@ class EvalSection(Section):
     run_id: str = "pipeline"
     max_workers: int = Field(2, ge=1)
     timeout_s: float = Field(1800.0, gt=0)
+    tamper_guard: bool = Field(
+        False,
+        description="refuse patches that pass the tests without fixing anything; off: "
+        "the official harness's verdicts",
+    )

@@ -162,7 +162,7 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
     rows, teacher = _teacher_options(ctx, split_rows(ctx, "train", config.collect.limit), specs)
     out = config.run_dir / "collect"
     grader = Grader(config.store(), specs, backend=config.sandbox.backend,
-                    log_dir=out / "grading")  # fmt: skip
+                    log_dir=out / "grading", tamper_guard=config.collect.tamper_guard)  # fmt: skip
     runs = len(rows) * config.collect.rollouts
     summary, where = _run_job(
         ctx, out, runs, lambda batch: agent_jobs.collect(rows, batch),

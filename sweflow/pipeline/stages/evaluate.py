@@ -33,7 +33,8 @@ def evaluate(ctx: StageContext) -> StageResult:
         raise StageError("bad predictions: " + "; ".join(predictions.errors))
     out = config.run_dir / "eval"
     grader = Grader(config.store(), load_specs(config.dataset.specs_path()),
-                    backend=config.sandbox.backend, timeout_s=config.eval.timeout_s)  # fmt: skip
+                    backend=config.sandbox.backend, timeout_s=config.eval.timeout_s,
+                    tamper_guard=config.eval.tamper_guard)  # fmt: skip
     step = counter_progress(ctx.progress, len(predictions.items))
     builder = make_builder(config)
     with contextlib.closing(make_executor(config)) as executor:
