@@ -4,6 +4,7 @@ with one import running back up is refused, naming it."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -44,3 +45,18 @@ def test_no_module_is_over_600_lines() -> None:
         if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert not long, f"split these modules (at most {MAX_MODULE_LINES} lines each): {long}"
+
+
+def test_no_script_or_folder_shadows_an_installed_module() -> None:
+    """A script run as ``python benchmarks/NAME.py`` has its folder first on sys.path, so a file
+    there named like a dependency (``swebench.py``, ``ray.py``) replaces it for everything the
+    script imports; the repository root's packages (flows, tasks) are on the path of every stage."""
+    names = {p.stem: p for d in ("benchmarks", "scripts") for p in (ROOT / d).glob("*.py")}
+    names |= {p.name: p for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    probe = ("import importlib.util as u, json, sys; "
+             "print(json.dumps({n: bool(u.find_spec(n)) for n in sys.argv[1:]}))")  # fmt: skip
+    found = subprocess.run([sys.executable, "-c", probe, *sorted(names)], cwd="/", check=True,
+                           capture_output=True, text=True, env={"PATH": "/bin"})  # fmt: skip
+    shadowing = [str(names[n].relative_to(ROOT)) for n, taken in json.loads(found.stdout).items()
+                 if taken and n != "sweflow"]  # fmt: skip
+    assert not shadowing, f"rename these: an installed module has the same name: {shadowing}"

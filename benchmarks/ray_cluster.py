@@ -1,6 +1,6 @@
 """Ray executor benchmark: `sweflow bench ray` without the CLI.
 
-``python benchmarks/ray.py [--quick]`` starts a Ray cluster of this machine (``sweflow ray
+``python benchmarks/ray_cluster.py [--quick]`` starts a Ray cluster of this machine (``sweflow ray
 start`` nodes, stopped by PID), grades the gold patches of a demo slice with the local executor
 and on the cluster, and prints one JSON object: seconds per instance both ways, the Ray
 executor's overhead per instance, throughput on one and two nodes and the layer transfer rate

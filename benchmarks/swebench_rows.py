@@ -1,6 +1,6 @@
 """Real SWE-bench rows built and validated container-free: `sweflow bench swebench` without the CLI.
 
-``python benchmarks/swebench.py [--quick] [DATASET MIRROR STORE]`` builds each row whose
+``python benchmarks/swebench_rows.py [--quick] [DATASET MIRROR STORE]`` builds each row whose
 repository the mirror holds with the built-in spec table (or a specs.yaml beside the rows),
 validates it as the harness would and prints one JSON object: tried, built, validated, build
 seconds p50, store MB per instance beside the official images, and a named reason per failure
