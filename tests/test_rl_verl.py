@@ -21,8 +21,8 @@ from conftest import sweflow_serve
 
 from sweflow.agent.config import AgentConfig
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.rl_config import RLConfig
-from sweflow.training.rl_verl import AGENT_NAME, prepare, verl_python
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.verl_backend import AGENT_NAME, prepare, verl_python
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 ROOT = Path(__file__).resolve().parent.parent

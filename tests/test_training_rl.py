@@ -23,12 +23,12 @@ from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
 from sweflow.sandbox import SandboxStartError
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.config import SFTConfig
-from sweflow.training.episode import EpisodeEnv, run_episode
-from sweflow.training.rl import read_records, train_rl
-from sweflow.training.rl_config import RLConfig
-from sweflow.training.rl_trl import LocalGenerator
-from sweflow.training.sft import train_sft
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.episode import EpisodeEnv, run_episode
+from sweflow.training.rl.trainer import read_records, train_rl
+from sweflow.training.rl.trl_backend import LocalGenerator
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.train import train_sft
 
 pytestmark = pytest.mark.timeout(1200)
 SHORT = {"max_tokens_per_turn": 96, "max_response_length": 768, "format_error_penalty": 0.1}

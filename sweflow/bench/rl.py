@@ -47,11 +47,11 @@ from sweflow.grading.dataset import GradingData
 from sweflow.instances import Instance
 from sweflow.sandbox import open_sandbox
 from sweflow.serving import resolve_model
-from sweflow.training.config import SFTConfig
-from sweflow.training.episode import EpisodeEnv
-from sweflow.training.rl import train_rl
-from sweflow.training.rl_config import RLConfig
-from sweflow.training.sft import train_sft
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.episode import EpisodeEnv
+from sweflow.training.rl.trainer import train_rl
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.train import train_sft
 
 EVAL_REPO = "pypi/toolz"
 Progress = Callable[[str], None]

@@ -50,8 +50,8 @@ def train_sft_command(
     from sweflow.configfile import apply_overrides, describe
     from sweflow.errors import ConfigError
     from sweflow.serving import resolve_model
-    from sweflow.training.config import SFTConfig
-    from sweflow.training.sft import train_sft
+    from sweflow.training.sft.config import SFTConfig
+    from sweflow.training.sft.train import train_sft
 
     fields = dict(method=method, epochs=epochs, learning_rate=learning_rate,
                   batch_size=batch_size, max_seq_len=max_seq_len, max_steps_per_epoch=max_steps,
@@ -127,8 +127,8 @@ def train_rl_command(
     from sweflow.configfile import apply_overrides, describe
     from sweflow.errors import ConfigError
     from sweflow.serving import resolve_model
-    from sweflow.training.rl import train
-    from sweflow.training.rl_config import RLConfig
+    from sweflow.training.rl.config import RLConfig
+    from sweflow.training.rl.trainer import train
 
     fields = dict(backend=rl_backend, steps=steps, tasks_per_step=tasks_per_step,
                   rollouts_per_task=rollouts, learning_rate=learning_rate, model=model)  # fmt: skip

@@ -20,8 +20,8 @@ from sweflow.instances import beside_dataset
 from sweflow.sandbox.backends import DEFAULT_BACKEND
 from sweflow.sandbox.spec import BackendName
 from sweflow.serving.models import DEFAULT_MODEL
-from sweflow.training.config import SFTConfig
-from sweflow.training.rl_config import RLConfig
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.sft.config import SFTConfig
 
 
 class Section(BaseModel):

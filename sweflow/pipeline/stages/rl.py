@@ -18,10 +18,10 @@ from sweflow.pipeline.stages.common import (
     make_executor,
 )
 from sweflow.serving import resolve_model
-from sweflow.training.rl import RLResult, train
-from sweflow.training.rl_config import RLConfig
-from sweflow.training.rl_trl import StepRecord
-from sweflow.training.sft import folder_digest
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.trainer import RLResult, train
+from sweflow.training.rl.trl_backend import StepRecord
+from sweflow.training.sft.train import folder_digest
 
 if TYPE_CHECKING:
     from sweflow.pipeline.config import PipelineConfig

@@ -1,7 +1,7 @@
 """Supervised fine-tuning: golden trajectories -> a fine-tuned model folder that vLLM serves.
 
-``train_sft`` tokenizes the trajectories with the model's chat template (sweflow.training.data),
-measures the held-out loss of the base model, runs torchtune's recipe (sweflow.training.recipe),
+``train_sft`` tokenizes the trajectories with the model's chat template (sweflow.training.sft.data),
+measures the held-out loss of the base model, runs torchtune's recipe (sweflow.training.sft.recipe),
 publishes the last epoch as a Hugging Face folder with a model card (sweflow.training.output),
 measures the held-out loss of the result through transformers (which also proves it loads), and
 plots the loss curve. A second call with the same inputs finds the published model and returns it.
@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweflow.training import data as sft_data
-from sweflow.training import recipe
-from sweflow.training.architectures import checkpoint_model_type
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.config import SFTConfig
-from sweflow.training.losses import mean_loss
 from sweflow.training.output import RECORD, last_epoch_dir, model_card, plot_losses, publish
+from sweflow.training.sft import data as sft_data
+from sweflow.training.sft import recipe
+from sweflow.training.sft.architectures import checkpoint_model_type
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.losses import mean_loss
 
 Log = Callable[[str], None]
 

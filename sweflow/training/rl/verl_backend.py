@@ -3,7 +3,7 @@
 Everything verl needs is written into ``<work>/verl`` before it starts: the train tasks as
 verl's parquet (one row per task, the agent loop's name on each row), the rollout context
 (tasks, layer store, specs, agent and rl settings, the policy), the agent-loop YAML that points
-verl at sweflow.training.verl_loop, and the trainer overrides generated from the ``rl`` section,
+verl at sweflow.training.rl.verl_loop, and the trainer overrides generated from the ``rl`` section,
 composed by verl's own Hydra config into ``verl_config.yaml`` (every key checked against verl's
 schema) and saved with ``launch.sh``, the command line a user can re-run by hand. verl is then
 launched with ``python -m verl.trainer.main_ppo`` on the local Ray or ``rl.ray_address``; its last
@@ -25,9 +25,9 @@ from pathlib import Path
 from sweflow.agent.config import AgentConfig
 from sweflow.errors import ConfigError, SweflowError
 from sweflow.instances import Instance
-from sweflow.training.rl_config import RLConfig
+from sweflow.training.rl.config import RLConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 AGENT_NAME = "sweflow_swe"
 ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "ppo": "gae"}
 
@@ -84,7 +84,7 @@ def write_context(folder: Path, rows: Path, policy: Path, store: Path, specs: Pa
     loops = folder / "agent_loops.yaml"
     loops.write_text(
         f"- name: {AGENT_NAME}\n"
-        "  _target_: sweflow.training.verl_loop.SweflowAgentLoop\n"
+        "  _target_: sweflow.training.rl.verl_loop.SweflowAgentLoop\n"
         f"  context: {json.dumps(str(context))}\n"
     )
     return loops
@@ -156,7 +156,7 @@ def prepare(tasks: list[Instance], policy: Path, work: Path, rl: RLConfig, *, st
     settings = overrides(rl, policy, parquet, loops, folder)
     python = str(verl_python())
     composed = folder / "verl_config.yaml"
-    compose = [python, "-m", "sweflow.training.verl_loop", "compose", str(composed), *settings]
+    compose = [python, "-m", "sweflow.training.rl.verl_loop", "compose", str(composed), *settings]
     _run(compose, folder / "compose.log", "composing its config")
     command = [python, "-m", "verl.trainer.main_ppo", *settings]
     (folder / "launch.sh").write_text(

@@ -27,11 +27,11 @@ from typing import Any
 import yaml
 
 from sweflow.errors import InfrastructureError, SweflowError
-from sweflow.training.architectures import checkpoint_model_type
-from sweflow.training.config import SFTConfig
 from sweflow.training.output import OutputError, last_epoch_dir
+from sweflow.training.sft.architectures import checkpoint_model_type
+from sweflow.training.sft.config import SFTConfig
 
-COMPONENTS = "sweflow.training.torchtune_components"
+COMPONENTS = "sweflow.training.sft.torchtune_components"
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "output_proj"]
 RECIPE_STATE = Path("recipe_state") / "recipe_state.pt"
 ATTEMPT = ".sweflow-attempt.json"  # the digest of the config a checkpoint directory was made by
@@ -53,7 +53,7 @@ class Plan:
     """Where one fine-tune reads and writes, and how it runs."""
 
     model: Path  # the Hugging Face folder trained from
-    train_data: Path  # tokenized sequences (sweflow.training.data)
+    train_data: Path  # tokenized sequences (sweflow.training.sft.data)
     examples: int
     work_dir: Path  # recipe.yaml, checkpoints/, tensorboard/, metrics.jsonl, train.log
     device: str

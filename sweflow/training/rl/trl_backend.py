@@ -2,7 +2,7 @@
 
 TRL calls :func:`make_rollout` once per step with the step's prompts (a task's instance id,
 repeated once per rollout of its group); each becomes an episode of the sweflow agent whose
-replies the policy generates in this process (sweflow.training.episode), concurrently across
+replies the policy generates in this process (sweflow.training.rl.episode), concurrently across
 episodes, generation serialized on the model. TRL gets the episode's first prompt as
 ``prompt_ids``, everything after it as ``completion_ids`` with ``env_mask`` zero on the
 observation tokens, and the reward through a reward function; an episode the machinery failed
@@ -22,8 +22,8 @@ from typing import Any
 
 from sweflow.instances import Instance
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.episode import Episode, EpisodeEnv, run_episode, save_episodes
-from sweflow.training.rl_config import RLConfig
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.episode import Episode, EpisodeEnv, run_episode, save_episodes
 
 
 @dataclass

@@ -1,12 +1,13 @@
 """On-policy RL with sandboxed rewards: the policy acts as the sweflow agent, "the tests pass" is
 the reward, and the policy is updated on its own rollouts.
 
-``train_rl`` runs the ``trl`` backend in this process (sweflow.training.rl_trl); the ``verl``
-backend is launched by sweflow.training.rl_verl. Either way the result is a Hugging Face folder
-published whole (what the ``infer`` stage serves next), with per-step figures (mean reward,
-resolve rate, valid-action rate, episode length, infrastructure failures, and the time split
-between generation, sandbox + reward, and the update) in ``metrics.jsonl``, TensorBoard and a
-PNG. Checkpoints every ``checkpoint_every`` steps; a killed run resumes from the last one.
+``train_rl`` runs the ``trl`` backend in this process (sweflow.training.rl.trl_backend); the
+``verl`` backend is launched by sweflow.training.rl.verl_backend. Either way the result is a
+Hugging Face folder published whole (what the ``infer`` stage serves next), with per-step
+figures (mean reward, resolve rate, valid-action rate, episode length, infrastructure
+failures, and the time split between generation, sandbox + reward, and the update) in
+``metrics.jsonl``, TensorBoard and a PNG. Checkpoints every ``checkpoint_every`` steps; a
+killed run resumes from the last one.
 """
 
 from __future__ import annotations
@@ -29,17 +30,17 @@ from sweflow.errors import SweflowError
 from sweflow.grading import Grader
 from sweflow.instances import Instance
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.episode import EpisodeEnv
 from sweflow.training.output import RECORD, model_card, publish
-from sweflow.training.rl_config import RLConfig
-from sweflow.training.rl_trl import (
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.episode import EpisodeEnv
+from sweflow.training.rl.trl_backend import (
     StepRecord,
     env_reward,
     grpo_arguments,
     make_rollout,
     trl_tensorboard,
 )
-from sweflow.training.sft import folder_digest, work_lock
+from sweflow.training.sft.train import folder_digest, work_lock
 
 if TYPE_CHECKING:
     from sweflow.cluster.executor import Executor
@@ -124,7 +125,7 @@ def train(
     Ray ``executor`` the trl backend's episodes open their sandboxes, and are graded, on the
     cluster's nodes (the policy generates here)."""
     if rl.backend == "verl":
-        from sweflow.training.rl_verl import train_rl_verl
+        from sweflow.training.rl.verl_backend import train_rl_verl
 
         record = train_rl_verl(tasks, policy, work, out, rl, store=store, specs=specs,
                                agent=agent, backend=backend, policy_name=policy_name)  # fmt: skip
