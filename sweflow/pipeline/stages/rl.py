@@ -21,7 +21,7 @@ from sweflow.serving import resolve_model
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.trainer import RLResult, train
 from sweflow.training.rl.trl_backend import StepRecord
-from sweflow.training.sft.train import folder_digest
+from sweflow.training.workdir import folder_digest
 
 if TYPE_CHECKING:
     from sweflow.pipeline.config import PipelineConfig

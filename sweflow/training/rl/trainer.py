@@ -40,13 +40,12 @@ from sweflow.training.rl.trl_backend import (
     make_rollout,
     trl_tensorboard,
 )
-from sweflow.training.sft.train import folder_digest, work_lock
+from sweflow.training.workdir import folder_digest, last_attempt, record_attempt, work_lock
 
 if TYPE_CHECKING:
     from sweflow.cluster.executor import Executor
 
 StepProgress = Callable[[int, int, StepRecord], None]
-ATTEMPT = ".sweflow-attempt.json"
 
 
 class RLError(SweflowError):
@@ -224,15 +223,12 @@ def _train(tasks, policy, work, out, rl, env, inputs, policy_name, progress) -> 
 
 def _prepare(checkpoints: Path, work: Path, inputs: str) -> bool:
     """Resume when an earlier attempt with the same inputs left a checkpoint, else start over."""
-    attempt = work / ATTEMPT
-    earlier = json.loads(attempt.read_text()).get("digest") if attempt.is_file() else None
-    resume = earlier == inputs and any(checkpoints.glob("checkpoint-*"))
+    resume = last_attempt(work) == inputs and any(checkpoints.glob("checkpoint-*"))
     if not resume:
         for stale in (checkpoints, work / "tensorboard", work / "rollouts"):
             shutil.rmtree(stale, ignore_errors=True)
         (work / "metrics.jsonl").unlink(missing_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
-    attempt.write_text(json.dumps({"digest": inputs}))
+    record_attempt(work, inputs)
     return resume
 
 

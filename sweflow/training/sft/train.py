@@ -9,12 +9,10 @@ plots the loss curve. A second call with the same inputs finds the published mod
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from sweflow.training.sft import recipe
 from sweflow.training.sft.architectures import checkpoint_model_type
 from sweflow.training.sft.config import SFTConfig
 from sweflow.training.sft.losses import mean_loss
+from sweflow.training.workdir import file_digest, folder_digest, work_lock
 
 Log = Callable[[str], None]
 
@@ -55,27 +54,6 @@ class SFTResult:
         return asdict(self)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def folder_digest(folder: Path) -> str:
-    """A model folder's identity: small files by content, weights by name, size and mtime (a
-    multi-GB checkpoint is not re-read on every cache check)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.iterdir() if p.is_file()):
-        info = path.stat()
-        if info.st_size > 16 << 20:
-            digest.update(f"{path.name}:{info.st_size}:{info.st_mtime_ns}".encode())
-        else:
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
 def train_sft(
     data: Path,
     base: Path,
@@ -94,18 +72,6 @@ def train_sft(
         return _train(data, base, work_dir, out, config, base_name, progress, say)
 
 
-@contextlib.contextmanager
-def work_lock(work_dir: Path) -> Iterator[None]:
-    """One trainer at a time in a work directory (a second one is refused, not interleaved)."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    with (work_dir / ".lock").open("w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise recipe.TrainingError(f"another training run is using {work_dir}") from None
-        yield
-
-
 def _train(
     data: Path,
     base: Path,
@@ -118,7 +84,7 @@ def _train(
 ) -> SFTResult:
     device, dtype = recipe.resolve_device(config)
     inputs = hashlib.sha256(
-        json.dumps([file_sha256(data), folder_digest(base), config.model_dump()]).encode()
+        json.dumps([file_digest(data), folder_digest(base), config.model_dump()]).encode()
     ).hexdigest()
     if (done := _published(out, inputs)) is not None:
         say(f"already trained: {out}")
@@ -150,7 +116,7 @@ def _train(
     result.recipe_config = str(work_dir / "recipe.yaml")
     result.tensorboard = str(work_dir / "tensorboard")
     publish(last_epoch_dir(plan.checkpoints), base, out, dtype, result.to_dict(),
-            _card(result, config, file_sha256(data)))  # fmt: skip
+            _card(result, config, file_digest(data)))  # fmt: skip
     if heldout:
         say("held-out loss of the fine-tuned model")
         result.heldout_loss_after = mean_loss(out, heldout)
