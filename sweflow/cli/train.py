@@ -11,6 +11,7 @@ from rich.table import Table
 
 from sweflow.cli.common import App, BackendOption, console
 from sweflow.cli.env import DatasetArgs, dataset_options
+from sweflow.training.rl.backends import DEFAULT_RL_BACKEND, rl_backends_help
 
 train_app = App(help="Train models: SFT with torchtune, RL on sandboxed rewards (TRL or verl).")
 ModelRefOption = typer.Option(
@@ -101,7 +102,9 @@ def train_rl_command(
     data: DatasetArgs,
     model: str = ModelRefOption,
     out: Path = typer.Option(..., "--out", "-o", help="Run folder; the model goes to OUT/model."),
-    rl_backend: str = typer.Option("trl", "--rl-backend", help="trl (CPU or one GPU) or verl."),
+    rl_backend: str = typer.Option(
+        DEFAULT_RL_BACKEND, "--rl-backend", help=f"RL trainer: {rl_backends_help()}."
+    ),
     steps: int = typer.Option(4, "--steps", help="Policy updates."),
     tasks_per_step: int = typer.Option(2, "--tasks-per-step", help="Tasks in a step's batch."),
     rollouts: int = typer.Option(2, "--rollouts", help="Episodes per task (GRPO's group)."),

@@ -12,7 +12,8 @@ import contextlib
 import fcntl
 import hashlib
 import json
-from collections.abc import Iterator
+import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from sweflow.errors import SweflowError
@@ -57,6 +58,24 @@ def record_attempt(folder: Path, digest: str) -> None:
     """Mark ``folder`` as written by an attempt with inputs ``digest``."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / ATTEMPT).write_text(json.dumps({"digest": digest}))
+
+
+def resume_point(
+    work: Path, inputs: str, checkpoint: Path | None, stale: Iterable[Path]
+) -> Path | None:
+    """``checkpoint`` when the last attempt in ``work`` had these ``inputs``; otherwise None,
+    and what another attempt left (``stale``: folders or files) is removed. Either way this
+    attempt is recorded as ``work``'s."""
+    if last_attempt(work) != inputs:
+        checkpoint = None
+    if checkpoint is None:
+        for path in stale:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    record_attempt(work, inputs)
+    return checkpoint
 
 
 @contextlib.contextmanager

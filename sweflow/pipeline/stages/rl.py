@@ -19,8 +19,8 @@ from sweflow.pipeline.stages.common import (
 )
 from sweflow.serving import resolve_model
 from sweflow.training.rl.config import RLConfig
-from sweflow.training.rl.trainer import RLResult, train
-from sweflow.training.rl.trl_backend import StepRecord
+from sweflow.training.rl.result import RLResult, StepRecord
+from sweflow.training.rl.trainer import train
 from sweflow.training.workdir import folder_digest
 
 if TYPE_CHECKING:
@@ -86,8 +86,7 @@ def rl(ctx: StageContext) -> StageResult:
     counts = {"tasks": result.tasks, "steps": result.steps,
               "infra_failures": result.infra_failures}  # fmt: skip
     rows_out = [_row(record) for record in result.records]
-    digest = result.inputs_digest or folder_digest(Path(result.model))  # verl: its output
-    return StageResult("rl", digest, outputs, counts, rows_out, report(result))
+    return StageResult("rl", result.inputs_digest, outputs, counts, rows_out, report(result))
 
 
 def _row(record: dict) -> dict:

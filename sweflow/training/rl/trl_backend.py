@@ -7,44 +7,116 @@ episodes, generation serialized on the model. TRL gets the episode's first promp
 ``prompt_ids``, everything after it as ``completion_ids`` with ``env_mask`` zero on the
 observation tokens, and the reward through a reward function; an episode the machinery failed
 has reward None, which TRL excludes from the group baseline and gives no advantage.
+
+Per step, the rollout's figures and the update's time and loss go to ``metrics.jsonl``,
+TensorBoard and ``rl.png``; checkpoints every ``checkpoint_every`` steps, and a killed run
+resumes from the last one. The result is a Hugging Face folder published whole.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sweflow.instances import Instance
 from sweflow.training.chat import ChatEncoder
+from sweflow.training.output import model_card, publish
+from sweflow.training.rl.backend import RLError, RLRun, StepProgress
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.episode import Episode, EpisodeEnv, run_episode, save_episodes
+from sweflow.training.rl.result import (
+    RLResult,
+    StepRecord,
+    plot_curves,
+    published,
+    read_records,
+)
+from sweflow.training.workdir import resume_point
 
 
-@dataclass
-class StepRecord:
-    """The figures of one policy update (written to metrics.jsonl and TensorBoard)."""
+class TRLBackend:
+    """GRPO with TRL in this process, the episodes' sandboxes wherever ``run.env`` opens them."""
 
-    step: int
-    episodes: int = 0
-    infra_failures: int = 0
-    mean_reward: float | None = None
-    resolve_rate: float = 0.0
-    valid_action_rate: float = 0.0
-    episode_turns: float = 0.0
-    generated_tokens: float = 0.0
-    generation_s: float = 0.0
-    env_s: float = 0.0
-    env_s_per_rollout: float = 0.0  # sandbox, tools and grading of one episode (overlapped)
-    update_s: float = 0.0
-    step_s: float = 0.0
-    loss: float | None = None
-    extra: dict[str, float] = field(default_factory=dict)
+    def result(self, run: RLRun) -> RLResult | None:
+        return published(run.out, run.inputs)
+
+    def resume(self, run: RLRun) -> Path | None:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        checkpoints = run.work / "checkpoints"
+        last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+        stale = [checkpoints, run.work / "tensorboard", run.work / "rollouts",
+                 run.work / "metrics.jsonl"]  # fmt: skip
+        return resume_point(run.work, run.inputs, Path(last) if last else None, stale)
+
+    def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
+        import torch
+        from datasets import Dataset
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+        from trl import GRPOTrainer
+
+        work, rl = run.work, run.rl
+        cpu = not torch.cuda.is_available()
+        tokenizer = AutoTokenizer.from_pretrained(str(run.policy))
+        encoder = ChatEncoder(run.policy)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(run.policy), dtype=torch.float32 if cpu else torch.bfloat16
+        )
+        records: list[StepRecord] = []
+        rollout = make_rollout({t.instance_id: t for t in run.tasks}, run.env, encoder, rl,
+                               work / "rollouts", records)  # fmt: skip
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[env_reward],
+            args=grpo_arguments(rl, work / "checkpoints", cpu),
+            train_dataset=Dataset.from_list([{"prompt": t.instance_id} for t in run.tasks]),
+            processing_class=tokenizer,
+            rollout_func=rollout,
+            callbacks=[
+                _metrics_callback(records, work, rl, progress),
+                trl_tensorboard(work / "tensorboard" / "trl"),
+            ],  # fmt: skip
+        )
+        for noisy in (PrinterCallback, ProgressCallback):  # the metrics callback reports instead
+            trainer.remove_callback(noisy)
+        began = time.monotonic()
+        try:
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        except RuntimeError as exc:
+            if "out of memory" in str(exc).lower() or "allocate" in str(exc).lower():
+                raise RLError(
+                    f"out of memory: lower rl.max_response_length ({rl.max_response_length}), "
+                    f"rl.tasks_per_step ({rl.tasks_per_step}) or rl.rollouts_per_task "
+                    f"({rl.rollouts_per_task}): {exc}"
+                ) from exc
+            raise
+        seconds = round(time.monotonic() - began, 1)
+        result = RLResult(
+            model=str(run.out), base_model=run.base_model, backend="trl",
+            inputs_digest=run.inputs, tasks=len(run.tasks), steps=trainer.state.global_step,
+            records=read_records(work / "metrics.jsonl"), train_seconds=seconds,
+            tensorboard=str(work / "tensorboard"),
+        )  # fmt: skip
+        result.infra_failures = sum(r["infra_failures"] for r in result.records)
+        final = work / "final"
+        shutil.rmtree(final, ignore_errors=True)
+        trainer.save_model(str(final))
+        tokenizer.save_pretrained(str(final))
+        plot = plot_curves(result.records, work / "rl.png")
+        result.curves = str(plot) if plot else None
+        publish(final, run.policy, run.out, "fp32" if cpu else "bf16", result.to_dict(),
+                _card(result, rl))  # fmt: skip
+        shutil.rmtree(final, ignore_errors=True)
+        return result
 
 
 def summarize(step: int, episodes: list[Episode], rollout_s: float, busy_s: float) -> StepRecord:
@@ -186,3 +258,66 @@ def trl_tensorboard(folder: Path) -> Any:
     from transformers.integrations import TensorBoardCallback
 
     return TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(folder)))
+
+
+def _metrics_callback(records: list[StepRecord], work: Path, rl: RLConfig, progress):
+    from torch.utils.tensorboard import SummaryWriter
+    from transformers import TrainerCallback
+
+    class Metrics(TrainerCallback):
+        """Completes each step's rollout figures with the update and writes them out."""
+
+        def __init__(self) -> None:
+            self.writer = SummaryWriter(log_dir=str(work / "tensorboard" / "sweflow"))
+            self.began = 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+            self.began = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+            if records and records[-1].step == state.global_step:
+                record = records[-1]
+                record.step_s = round(time.perf_counter() - self.began, 3)
+                spent = record.step_s - record.generation_s - record.env_s
+                record.update_s = round(max(0.0, spent), 3)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+            """The step's loss arrives in the log that follows its end: write the step out."""
+            if not logs or "loss" not in logs or not records:
+                return
+            record = records[-1]
+            if record.step != state.global_step or record.loss is not None:
+                return
+            record.loss = float(logs["loss"])
+            data = dataclasses.asdict(record)
+            with (work / "metrics.jsonl").open("a") as fh:
+                fh.write(json.dumps(data) + "\n")
+            for key, value in data.items():
+                if isinstance(value, int | float) and key != "step":
+                    self.writer.add_scalar(f"sweflow/{key}", value, record.step)
+            self.writer.flush()
+            if progress is not None:
+                progress(record.step, rl.steps, record)
+
+        def on_train_end(self, args, state, control, **kwargs):  # noqa: ANN001
+            self.writer.close()
+
+    return Metrics()
+
+
+def _card(result: RLResult, rl: RLConfig) -> str:
+    first, last = result.quarter_rewards()
+    summary = (
+        f"{Path(result.base_model).name} trained with {rl.algorithm.upper()} ({result.backend}) "
+        f"for {result.steps} steps on {result.tasks} SWE tasks: each rollout an episode of the "
+        "sweflow agent in a fresh sandbox, rewarded 1 when the task's tests pass (graded like "
+        "the SWE-bench harness), minus a format penalty of "
+        f"{rl.format_error_penalty} per unparseable reply. Infrastructure failures were "
+        "dropped, never trained on as 0."
+    )
+    metrics = {"steps": result.steps, "mean reward, first quarter": first,
+               "mean reward, last quarter": last, "infrastructure failures": result.infra_failures,
+               "training time (s)": result.train_seconds}  # fmt: skip
+    return model_card(base=result.base_model, tags=["rl", rl.algorithm, result.backend],
+                      title=f"{Path(result.base_model).name}, RL (sweflow)", summary=summary,
+                      metrics=metrics)  # fmt: skip

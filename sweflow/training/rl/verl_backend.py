@@ -20,16 +20,22 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from sweflow.agent.config import AgentConfig
 from sweflow.errors import ConfigError, SweflowError
 from sweflow.instances import Instance
+from sweflow.training.output import RECORD
+from sweflow.training.rl.backend import RLRun, StepProgress
 from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.result import RLResult, published
+from sweflow.training.workdir import resume_point
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT_NAME = "sweflow_swe"
 ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "ppo": "gae"}
+TRACKER = "latest_checkpointed_iteration.txt"  # verl's record of its last checkpoint
 
 
 class VerlError(SweflowError):
@@ -171,10 +177,17 @@ def launch(command: list[str], work: Path) -> Path:
     """Run verl's trainer to the end; returns its last checkpoint's actor folder."""
     env = {**os.environ, "TENSORBOARD_DIR": str(work / "tensorboard")}
     _run(command, work / "verl" / "train.log", "training", env=env)
-    tracker = work / "verl" / "checkpoints" / "latest_checkpointed_iteration.txt"
-    if not tracker.is_file():
-        raise VerlError(f"verl finished without a checkpoint ({tracker} is missing)")
-    return tracker.parent / f"global_step_{tracker.read_text().strip()}" / "actor"
+    checkpoints = work / "verl" / "checkpoints"
+    last = last_checkpoint(checkpoints)
+    if last is None:
+        raise VerlError(f"verl finished without a checkpoint ({checkpoints / TRACKER} is missing)")
+    return last / "actor"
+
+
+def last_checkpoint(checkpoints: Path) -> Path | None:
+    """The checkpoint verl's tracker file names as its last, or None."""
+    tracker = checkpoints / TRACKER
+    return checkpoints / f"global_step_{tracker.read_text().strip()}" if tracker.is_file() else None
 
 
 def merge(actor: Path, out: Path) -> Path:
@@ -199,24 +212,32 @@ def _run(argv: list[str], log: Path, what: str, env: dict[str, str] | None = Non
         raise VerlError(f"verl failed {what} (exit {done.returncode}); see {log}:\n{tail}")
 
 
-def train_rl_verl(tasks: list[Instance], policy: Path, work: Path, out: Path, rl: RLConfig, *,
-                  store: Path, specs: Path, agent: AgentConfig, backend: str = "local",
-                  policy_name: str | None = None) -> dict:  # fmt: skip
-    """Prepare, launch, merge: ``out`` is the trained policy as a Hugging Face folder. Returns
-    the record written beside it (sweflow_training.json)."""
-    from sweflow.training.output import RECORD
+class VerlBackend:
+    """verl's PPO trainer in its own environment, on the local Ray or ``rl.ray_address``."""
 
-    if not tasks:
-        raise VerlError("no train task has a built environment: nothing to roll out")
-    command = prepare(tasks, policy, work, rl, store=store, specs=specs, agent=agent,
-                      backend=backend)  # fmt: skip
-    actor = launch(command, work)
-    merge(actor, out)
-    record = {
-        "model": str(out), "base_model": policy_name or str(policy), "backend": "verl",
-        "algorithm": rl.algorithm, "tasks": len(tasks), "steps": rl.steps,
-        "checkpoint": str(actor), "tensorboard": str(work / "tensorboard"),
-        "verl_config": str(work / "verl" / "verl_config.yaml"),
-    }  # fmt: skip
-    (out / RECORD).write_text(json.dumps(record, indent=1))
-    return record
+    def result(self, run: RLRun) -> RLResult | None:
+        return published(run.out, run.inputs)
+
+    def resume(self, run: RLRun) -> Path | None:
+        checkpoints = run.work / "verl" / "checkpoints"
+        stale = [checkpoints, run.work / "tensorboard"]
+        return resume_point(run.work, run.inputs, last_checkpoint(checkpoints), stale)
+
+    def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
+        """Prepare, launch, merge: ``run.out`` is the trained policy as a Hugging Face folder.
+        verl resumes by itself (``trainer.resume_mode=auto``) from the checkpoint ``resume``
+        found, the only one left in its folder."""
+        env = run.env
+        command = prepare(run.tasks, run.policy, run.work, run.rl, store=run.store,
+                          specs=run.specs, agent=env.agent, backend=env.backend)  # fmt: skip
+        began = time.monotonic()
+        actor = launch(command, run.work)
+        seconds = round(time.monotonic() - began, 1)
+        merge(actor, run.out)
+        result = RLResult(
+            model=str(run.out), base_model=run.base_model, backend="verl",
+            inputs_digest=run.inputs, tasks=len(run.tasks), steps=run.rl.steps,
+            train_seconds=seconds, tensorboard=str(run.work / "tensorboard"),
+        )  # fmt: skip
+        (run.out / RECORD).write_text(json.dumps(result.to_dict(), indent=1))
+        return result
