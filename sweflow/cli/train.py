@@ -161,12 +161,12 @@ def train_rl_command(
                "generation s", "env s", "update s")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right")
-    for r in result.records:
-        reward = "-" if r["mean_reward"] is None else f"{r['mean_reward']:+.3f}"
-        table.add_row(str(r["step"]), reward, f"{r['resolve_rate']:.0%}",
-                      f"{r['valid_action_rate']:.0%}", f"{r['episode_turns']:.1f}",
-                      str(r["infra_failures"]), f"{r['generation_s']:.1f}", f"{r['env_s']:.1f}",
-                      f"{r['update_s']:.1f}")  # fmt: skip
+    cells = {"mean_reward": "{:+.3f}", "resolve_rate": "{:.0%}", "valid_action_rate": "{:.0%}",
+             "episode_turns": "{:.1f}", "infra_failures": "{}", "generation_s": "{:.1f}",
+             "env_s": "{:.1f}", "update_s": "{:.1f}"}  # fmt: skip
+    for r in result.records:  # "-": not measured (by this step, or by this backend)
+        shown = ["-" if r[key] is None else cell.format(r[key]) for key, cell in cells.items()]
+        table.add_row(str(r["step"]), *shown)
     console.print(table)
     for name in ("model", "curves", "tensorboard"):
         console.print(f"{name}: {getattr(result, name)}", highlight=False)

@@ -83,8 +83,9 @@ def rl(ctx: StageContext) -> StageResult:
                        progress=on_step, executor=executor)  # fmt: skip
     outputs = {"model": result.model, "metrics": str(work / "metrics.jsonl"),
                "tensorboard": result.tensorboard, "curves": result.curves or ""}  # fmt: skip
-    counts = {"tasks": result.tasks, "steps": result.steps,
-              "infra_failures": result.infra_failures}  # fmt: skip
+    counts = {"tasks": result.tasks, "steps": result.steps}
+    if result.infra_failures is not None:  # verl does not count them
+        counts["infra_failures"] = result.infra_failures
     rows_out = [_row(record) for record in result.records]
     return StageResult("rl", result.inputs_digest, outputs, counts, rows_out, report(result))
 
@@ -99,7 +100,8 @@ def report(result: RLResult) -> str:
     """The stage's Markdown report: the reward over the steps and where the time went."""
     first, last = result.quarter_rewards()
     records = result.records
-    seconds = {key: sum(r[key] for r in records) for key in ("generation_s", "env_s", "update_s")}
+    seconds = {key: sum(r[key] for r in records) for key in ("generation_s", "env_s", "update_s")
+               if all(r[key] is not None for r in records)}  # fmt: skip
     total = sum(seconds.values()) or 1.0
     split = ", ".join(f"{key[:-2]} {value:.0f} s ({value / total:.0%})"
                       for key, value in seconds.items())  # fmt: skip
@@ -108,9 +110,11 @@ def report(result: RLResult) -> str:
         if first is not None and last is not None
         else "no step had a scored episode"
     )
+    dropped = "" if result.infra_failures is None else (
+        f"; {result.infra_failures} episodes dropped as infrastructure failures"
+    )  # fmt: skip
     return (
         f"Trained `{result.base_model}` with GRPO ({result.backend}) for {result.steps} steps on "
-        f"{result.tasks} train tasks: {quarters}; {result.infra_failures} episodes dropped as "
-        f"infrastructure failures.\n\nTime: {split}.\n\n"
+        f"{result.tasks} train tasks: {quarters}{dropped}.\n\nTime: {split}.\n\n"
         f"Curves: `{result.curves}` (TensorBoard: `{result.tensorboard}`)."
     )

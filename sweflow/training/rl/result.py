@@ -2,7 +2,8 @@
 model (``sweflow_training.json``), its per-step records, and the curves drawn from them.
 
 Every backend returns the same :class:`RLResult`, so the CLI, the pipeline's rl stage and the
-``infer`` stage read any of them alike. A step's figures are a :class:`StepRecord`.
+``infer`` stage read any of them alike. A step's figures are a :class:`StepRecord`; a figure a
+backend does not measure is None (verl's trainer, for one, logs no per-episode resolve rate).
 """
 
 from __future__ import annotations
@@ -20,16 +21,16 @@ class StepRecord:
     """The figures of one policy update (written to metrics.jsonl and TensorBoard)."""
 
     step: int
-    episodes: int = 0
-    infra_failures: int = 0
+    episodes: int | None = 0
+    infra_failures: int | None = 0
     mean_reward: float | None = None
-    resolve_rate: float = 0.0
-    valid_action_rate: float = 0.0
-    episode_turns: float = 0.0
-    generated_tokens: float = 0.0
+    resolve_rate: float | None = 0.0
+    valid_action_rate: float | None = 0.0
+    episode_turns: float | None = 0.0
+    generated_tokens: float | None = 0.0
     generation_s: float = 0.0
-    env_s: float = 0.0
-    env_s_per_rollout: float = 0.0  # sandbox, tools and grading of one episode (overlapped)
+    env_s: float | None = 0.0
+    env_s_per_rollout: float | None = 0.0  # sandbox, tools and grading of one episode (overlapped)
     update_s: float = 0.0
     step_s: float = 0.0
     loss: float | None = None
@@ -45,7 +46,7 @@ class RLResult:
     tasks: int
     steps: int = 0
     records: list[dict] = field(default_factory=list)
-    infra_failures: int = 0
+    infra_failures: int | None = 0  # None: the backend does not count them
     train_seconds: float = 0.0
     curves: str | None = None
     tensorboard: str = ""
@@ -86,7 +87,8 @@ def read_records(*paths: Path) -> list[dict]:
 
 
 def plot_curves(records: list[dict], path: Path) -> Path | None:
-    """rl.png: reward and resolve rate, valid actions, episode length, the time split."""
+    """rl.png: reward and resolve rate, valid actions, episode length, the time split (a figure
+    the backend did not measure is left out)."""
     if not records:
         return None
     import matplotlib
@@ -94,17 +96,19 @@ def plot_curves(records: list[dict], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def series(key: str) -> list[float]:
+        return [float("nan") if r[key] is None else r[key] for r in records]
+
     steps = [r["step"] for r in records]
     fig, axes = plt.subplots(2, 2, figsize=(10, 6), dpi=110)
-    reward = [r["mean_reward"] if r["mean_reward"] is not None else float("nan") for r in records]
-    axes[0][0].plot(steps, reward, "o-", label="mean reward")
-    axes[0][0].plot(steps, [r["resolve_rate"] for r in records], "s--", label="resolve rate")
-    axes[0][1].plot(steps, [r["valid_action_rate"] for r in records], "o-", color="tab:green")
-    axes[1][0].plot(steps, [r["episode_turns"] for r in records], "o-", color="tab:purple")
+    axes[0][0].plot(steps, series("mean_reward"), "o-", label="mean reward")
+    axes[0][0].plot(steps, series("resolve_rate"), "s--", label="resolve rate")
+    axes[0][1].plot(steps, series("valid_action_rate"), "o-", color="tab:green")
+    axes[1][0].plot(steps, series("episode_turns"), "o-", color="tab:purple")
     bottom = [0.0] * len(records)
     for key, color in (("generation_s", "tab:blue"), ("env_s", "tab:orange"),
                        ("update_s", "tab:red")):  # fmt: skip
-        values = [r[key] for r in records]
+        values = [r[key] or 0.0 for r in records]
         axes[1][1].bar(steps, values, bottom=bottom, color=color, label=key[:-2])
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     titles = ("reward", "valid-action rate", "turns per episode", "seconds per step")

@@ -11,8 +11,9 @@ reward workers.
 
 An infrastructure failure (after ``rl.infra_retries`` retries) cannot leave verl's batch, whose
 size is fixed: it comes back with every response token masked (no gradient through it), reward
-0 and ``infra_failure`` set in ``reward_extra_info``, so it is counted and logged; it still takes
-a place in its group's baseline, which the ``trl`` backend avoids.
+0 and ``infra_failure`` set in ``reward_extra_info`` (which verl 0.9.1's trainer keeps with the
+sample but does not log per training step); it still takes a place in its group's baseline,
+which the ``trl`` backend avoids.
 
 This module imports verl: it is loaded in verl's environment (.venv-verl), never by the
 pipeline. :class:`CompletionsServer` stands in for verl's server manager with any vLLM server's
