@@ -27,7 +27,6 @@ from typing import Any
 import yaml
 
 from sweflow.errors import InfrastructureError, SweflowError
-from sweflow.training.output import OutputError, last_epoch_dir
 from sweflow.training.sft.architectures import checkpoint_model_type
 from sweflow.training.sft.config import SFTConfig
 from sweflow.training.workdir import last_attempt, record_attempt
@@ -46,6 +45,21 @@ class TrainingError(SweflowError):
 
 class TrainingKilled(TrainingError, InfrastructureError):
     """The recipe process was killed from outside (or ran out of memory): worth a resume."""
+
+
+class OutputError(SweflowError):
+    """The recipe left no checkpoint to publish."""
+
+
+def last_epoch_dir(checkpoints: Path) -> Path:
+    """The newest ``epoch_N`` folder the recipe saved, which must hold weights."""
+    epochs = sorted(
+        (p for p in checkpoints.glob("epoch_*") if p.name.split("_")[1].isdigit()),
+        key=lambda p: int(p.name.split("_")[1]),
+    )
+    if not epochs or not any(epochs[-1].glob("*.safetensors")):
+        raise OutputError(f"no epoch checkpoint with weights in {checkpoints}")
+    return epochs[-1]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.output import RECORD, last_epoch_dir, model_card, plot_losses, publish
+from sweflow.training.output import RECORD, model_card, publish
 from sweflow.training.sft import data as sft_data
 from sweflow.training.sft import recipe
 from sweflow.training.sft.architectures import checkpoint_model_type
@@ -115,7 +115,7 @@ def _train(
     _measure(result, records, report, config)
     result.recipe_config = str(work_dir / "recipe.yaml")
     result.tensorboard = str(work_dir / "tensorboard")
-    publish(last_epoch_dir(plan.checkpoints), base, out, dtype, result.to_dict(),
+    publish(recipe.last_epoch_dir(plan.checkpoints), base, out, dtype, result.to_dict(),
             _card(result, config, file_digest(data)))  # fmt: skip
     if heldout:
         say("held-out loss of the fine-tuned model")
@@ -176,3 +176,29 @@ def _published(out: Path, inputs: str) -> SFTResult | None:
     if record.get("inputs_digest") != inputs:
         return None
     return SFTResult(**record)
+
+
+def plot_losses(records: list[dict], heldout: dict[str, float | None], path: Path) -> Path | None:
+    """loss.png: the training loss per step, and held-out loss before/after when measured."""
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    ax.plot([r["step"] for r in records], [r["loss"] for r in records], label="training loss")
+    before, after = heldout.get("before"), heldout.get("after")
+    if before is not None and after is not None:
+        last = records[-1]["step"]
+        ax.plot([0, last], [before, after], "o--", label="held-out loss (before, after)")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (assistant tokens)")
+    ax.set_title("SFT loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
