@@ -9,5 +9,5 @@
 source "$(dirname "${BASH_SOURCE[0]}")/side-venv.sh"
 
 side_venv_begin verl verl verl
-side_venv_done "verl.experimental.agent_loop, sweflow.training.episode" \
+side_venv_done "verl.experimental.agent_loop, sweflow.training.rl.episode" \
   'import verl, torch; print("verl", verl.__version__, "torch", torch.__version__)'

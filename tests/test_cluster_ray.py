@@ -401,9 +401,9 @@ def test_rl_episodes_run_their_sandboxes_and_gradings_on_the_nodes(
     from sweflow.agent.config import AgentConfig
     from sweflow.grading import Grader
     from sweflow.training.chat import ChatEncoder
-    from sweflow.training.episode import run_episode
-    from sweflow.training.rl import episode_env
-    from sweflow.training.rl_config import RLConfig
+    from sweflow.training.rl.config import RLConfig
+    from sweflow.training.rl.episode import run_episode
+    from sweflow.training.rl.trainer import episode_env
 
     data, instances = demo
     executor = _built_on_nodes(cluster, demo, tmp_path)

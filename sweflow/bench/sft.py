@@ -24,11 +24,11 @@ from sweflow.agent.jobs import replay_collect
 from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
 from sweflow.grading.dataset import GradingData
 from sweflow.serving import resolve_model
-from sweflow.training import data as sft_data
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.config import SFTConfig
-from sweflow.training.losses import mean_loss
-from sweflow.training.sft import train_sft
+from sweflow.training.sft import data as sft_data
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.losses import mean_loss
+from sweflow.training.sft.train import train_sft
 
 EVAL_REPO = "pypi/toolz"
 SEQ_LEN = 1024

@@ -30,8 +30,8 @@ from sweflow.grading import Grader
 from sweflow.grading.dataset import GradingData
 from sweflow.instances import Instance
 from sweflow.serving import ServeConfig, resolve_model, vllm_server
-from sweflow.training.config import SFTConfig
-from sweflow.training.sft import train_sft
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.train import train_sft
 
 Progress = Callable[[str], None]
 AGENT = AgentConfig(tool_mode="text", max_steps=8, max_wall_s=900)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from sweflow.cli.common import App, BackendOption, console
 from sweflow.cli.env import DatasetArgs, dataset_options
+from sweflow.training.rl.backends import DEFAULT_RL_BACKEND, rl_backends_help
 
 train_app = App(help="Train models: SFT with torchtune, RL on sandboxed rewards (TRL or verl).")
 ModelRefOption = typer.Option(
@@ -50,8 +51,8 @@ def train_sft_command(
     from sweflow.configfile import apply_overrides, describe
     from sweflow.errors import ConfigError
     from sweflow.serving import resolve_model
-    from sweflow.training.config import SFTConfig
-    from sweflow.training.sft import train_sft
+    from sweflow.training.sft.config import SFTConfig
+    from sweflow.training.sft.train import train_sft
 
     fields = dict(method=method, epochs=epochs, learning_rate=learning_rate,
                   batch_size=batch_size, max_seq_len=max_seq_len, max_steps_per_epoch=max_steps,
@@ -101,7 +102,9 @@ def train_rl_command(
     data: DatasetArgs,
     model: str = ModelRefOption,
     out: Path = typer.Option(..., "--out", "-o", help="Run folder; the model goes to OUT/model."),
-    rl_backend: str = typer.Option("trl", "--rl-backend", help="trl (CPU or one GPU) or verl."),
+    rl_backend: str = typer.Option(
+        DEFAULT_RL_BACKEND, "--rl-backend", help=f"RL trainer: {rl_backends_help()}."
+    ),
     steps: int = typer.Option(4, "--steps", help="Policy updates."),
     tasks_per_step: int = typer.Option(2, "--tasks-per-step", help="Tasks in a step's batch."),
     rollouts: int = typer.Option(2, "--rollouts", help="Episodes per task (GRPO's group)."),
@@ -127,8 +130,8 @@ def train_rl_command(
     from sweflow.configfile import apply_overrides, describe
     from sweflow.errors import ConfigError
     from sweflow.serving import resolve_model
-    from sweflow.training.rl import train
-    from sweflow.training.rl_config import RLConfig
+    from sweflow.training.rl.config import RLConfig
+    from sweflow.training.rl.trainer import train
 
     fields = dict(backend=rl_backend, steps=steps, tasks_per_step=tasks_per_step,
                   rollouts_per_task=rollouts, learning_rate=learning_rate, model=model)  # fmt: skip
@@ -158,12 +161,12 @@ def train_rl_command(
                "generation s", "env s", "update s")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right")
-    for r in result.records:
-        reward = "-" if r["mean_reward"] is None else f"{r['mean_reward']:+.3f}"
-        table.add_row(str(r["step"]), reward, f"{r['resolve_rate']:.0%}",
-                      f"{r['valid_action_rate']:.0%}", f"{r['episode_turns']:.1f}",
-                      str(r["infra_failures"]), f"{r['generation_s']:.1f}", f"{r['env_s']:.1f}",
-                      f"{r['update_s']:.1f}")  # fmt: skip
+    cells = {"mean_reward": "{:+.3f}", "resolve_rate": "{:.0%}", "valid_action_rate": "{:.0%}",
+             "episode_turns": "{:.1f}", "infra_failures": "{}", "generation_s": "{:.1f}",
+             "env_s": "{:.1f}", "update_s": "{:.1f}"}  # fmt: skip
+    for r in result.records:  # "-": not measured (by this step, or by this backend)
+        shown = ["-" if r[key] is None else cell.format(r[key]) for key, cell in cells.items()]
+        table.add_row(str(r["step"]), *shown)
     console.print(table)
     for name in ("model", "curves", "tensorboard"):
         console.print(f"{name}: {getattr(result, name)}", highlight=False)

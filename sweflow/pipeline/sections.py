@@ -19,8 +19,8 @@ from sweflow.envcache.dataset import dataset_specs
 from sweflow.sandbox.backends import DEFAULT_BACKEND
 from sweflow.sandbox.spec import BackendName
 from sweflow.serving.models import DEFAULT_MODEL
-from sweflow.training.config import SFTConfig
-from sweflow.training.rl_config import RLConfig
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.sft.config import SFTConfig
 
 
 class Section(BaseModel):

@@ -1,4 +1,5 @@
-"""Training: SFT with torchtune (sweflow.training.sft) and on-policy RL (sweflow.training.rl).
+"""Training: SFT with torchtune (sweflow.training.sft) and on-policy RL (sweflow.training.rl),
+with what both use in modules of their own here (chat rendering, model publishing).
 
 Heavy stacks (torch, torchtune, TRL, transformers) load only when a training function runs;
 the configs load without them.
@@ -9,9 +10,9 @@ from __future__ import annotations
 from sweflow.lazy import lazy_exports
 
 _EXPORTS = {
-    "SFTConfig": "config",
-    "SFTResult": "sft",
-    "train_sft": "sft",
+    "SFTConfig": "sft.config",
+    "SFTResult": "sft.train",
+    "train_sft": "sft.train",
     "ChatEncoder": "chat",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)

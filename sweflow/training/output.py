@@ -1,5 +1,6 @@
-"""A trained model as a Hugging Face folder: the last epoch's weights, its config, tokenizer and
-chat template, a model card and the training record, written whole or not at all.
+"""A trained model as a Hugging Face folder: a trainer's last checkpoint, its config, tokenizer
+and chat template, a model card and the training record, written whole or not at all (SFT and
+RL publish the same way).
 
 The folder is assembled beside its final place and renamed into it, so a reader (vLLM, the infer
 stage) never sees half a model: either the previous one or the new one.
@@ -12,25 +13,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from sweflow.errors import SweflowError
-
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 CARD = "README.md"
 RECORD = "sweflow_training.json"
-
-
-class OutputError(SweflowError):
-    """The recipe left no checkpoint to publish."""
-
-
-def last_epoch_dir(checkpoints: Path) -> Path:
-    epochs = sorted(
-        (p for p in checkpoints.glob("epoch_*") if p.name.split("_")[1].isdigit()),
-        key=lambda p: int(p.name.split("_")[1]),
-    )
-    if not epochs or not any(epochs[-1].glob("*.safetensors")):
-        raise OutputError(f"no epoch checkpoint with weights in {checkpoints}")
-    return epochs[-1]
 
 
 def publish(
@@ -86,29 +71,3 @@ tags: [{", ".join(["sweflow", "swe-agent", *tags])}]
 The training record: `{RECORD}`. Upload with `huggingface-cli upload <org>/<name> .` from this
 folder.
 """
-
-
-def plot_losses(records: list[dict], heldout: dict[str, float | None], path: Path) -> Path | None:
-    """loss.png: the training loss per step, and held-out loss before/after when measured."""
-    if not records:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    ax.plot([r["step"] for r in records], [r["loss"] for r in records], label="training loss")
-    before, after = heldout.get("before"), heldout.get("after")
-    if before is not None and after is not None:
-        last = records[-1]["step"]
-        ax.plot([0, last], [before, after], "o--", label="held-out loss (before, after)")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss (assistant tokens)")
-    ax.set_title("SFT loss")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path

@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from sweflow.training.verl_loop import CompletionsServer
+from sweflow.training.rl.verl_loop import CompletionsServer
 
 
 async def main(folder: Path, url: str, name: str) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from sweflow.errors import SweflowError
 from sweflow.pipeline.registry import BY_NAME
+from sweflow.training.workdir import file_digest
 
 if TYPE_CHECKING:
     from sweflow.cluster.base import Executor
@@ -69,15 +70,6 @@ class StageResult:
         """The counts as a line for people: "36 built, 2 cached" (never a Python dict)."""
         counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in self.counts.items())
         return f"{self.stage}: {counts or 'done'}"
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes (a stage's cache key must see contents, not just a path)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def json_digest(value: object) -> str:

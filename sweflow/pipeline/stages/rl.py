@@ -18,10 +18,10 @@ from sweflow.pipeline.stages.common import (
     make_executor,
 )
 from sweflow.serving import resolve_model
-from sweflow.training.rl import RLResult, train
-from sweflow.training.rl_config import RLConfig
-from sweflow.training.rl_trl import StepRecord
-from sweflow.training.sft import folder_digest
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.result import RLResult, StepRecord
+from sweflow.training.rl.trainer import train
+from sweflow.training.workdir import folder_digest
 
 if TYPE_CHECKING:
     from sweflow.pipeline.config import PipelineConfig
@@ -81,11 +81,11 @@ def rl(ctx: StageContext) -> StageResult:
                        progress=on_step, executor=executor)  # fmt: skip
     outputs = {"model": result.model, "metrics": str(work / "metrics.jsonl"),
                "tensorboard": result.tensorboard, "curves": result.curves or ""}  # fmt: skip
-    counts = {"tasks": result.tasks, "steps": result.steps,
-              "infra_failures": result.infra_failures}  # fmt: skip
+    counts = {"tasks": result.tasks, "steps": result.steps}
+    if result.infra_failures is not None:  # verl does not count them
+        counts["infra_failures"] = result.infra_failures
     rows_out = [_row(record) for record in result.records]
-    digest = result.inputs_digest or folder_digest(Path(result.model))  # verl: its output
-    return StageResult("rl", digest, outputs, counts, rows_out, report(result))
+    return StageResult("rl", result.inputs_digest, outputs, counts, rows_out, report(result))
 
 
 def _row(record: dict) -> dict:
@@ -98,7 +98,8 @@ def report(result: RLResult) -> str:
     """The stage's Markdown report: the reward over the steps and where the time went."""
     first, last = result.quarter_rewards()
     records = result.records
-    seconds = {key: sum(r[key] for r in records) for key in ("generation_s", "env_s", "update_s")}
+    seconds = {key: sum(r[key] for r in records) for key in ("generation_s", "env_s", "update_s")
+               if all(r[key] is not None for r in records)}  # fmt: skip
     total = sum(seconds.values()) or 1.0
     split = ", ".join(f"{key[:-2]} {value:.0f} s ({value / total:.0%})"
                       for key, value in seconds.items())  # fmt: skip
@@ -107,9 +108,11 @@ def report(result: RLResult) -> str:
         if first is not None and last is not None
         else "no step had a scored episode"
     )
+    dropped = "" if result.infra_failures is None else (
+        f"; {result.infra_failures} episodes dropped as infrastructure failures"
+    )  # fmt: skip
     return (
         f"Trained `{result.base_model}` with GRPO ({result.backend}) for {result.steps} steps on "
-        f"{result.tasks} train tasks: {quarters}; {result.infra_failures} episodes dropped as "
-        f"infrastructure failures.\n\nTime: {split}.\n\n"
+        f"{result.tasks} train tasks: {quarters}{dropped}.\n\nTime: {split}.\n\n"
         f"Curves: `{result.curves}` (TensorBoard: `{result.tensorboard}`)."
     )

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 from sweflow.pipeline.stages.common import StageContext, StageResult
 from sweflow.serving import resolve_model
-from sweflow.training.config import SFTConfig
-from sweflow.training.sft import SFTResult, folder_digest, train_sft
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.train import SFTResult, train_sft
+from sweflow.training.workdir import folder_digest
 
 if TYPE_CHECKING:
     from sweflow.pipeline.config import PipelineConfig

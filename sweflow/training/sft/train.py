@@ -1,7 +1,7 @@
 """Supervised fine-tuning: golden trajectories -> a fine-tuned model folder that vLLM serves.
 
-``train_sft`` tokenizes the trajectories with the model's chat template (sweflow.training.data),
-measures the held-out loss of the base model, runs torchtune's recipe (sweflow.training.recipe),
+``train_sft`` tokenizes the trajectories with the model's chat template (sweflow.training.sft.data),
+measures the held-out loss of the base model, runs torchtune's recipe (sweflow.training.sft.recipe),
 publishes the last epoch as a Hugging Face folder with a model card (sweflow.training.output),
 measures the held-out loss of the result through transformers (which also proves it loads), and
 plots the loss curve. A second call with the same inputs finds the published model and returns it.
@@ -9,23 +9,22 @@ plots the loss curve. A second call with the same inputs finds the published mod
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweflow.training import data as sft_data
-from sweflow.training import recipe
-from sweflow.training.architectures import checkpoint_model_type
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.config import SFTConfig
-from sweflow.training.losses import mean_loss
-from sweflow.training.output import RECORD, last_epoch_dir, model_card, plot_losses, publish
+from sweflow.training.output import RECORD, model_card, publish
+from sweflow.training.sft import data as sft_data
+from sweflow.training.sft import recipe
+from sweflow.training.sft.architectures import checkpoint_model_type
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.losses import mean_loss
+from sweflow.training.workdir import file_digest, folder_digest, work_lock
 
 Log = Callable[[str], None]
 
@@ -55,27 +54,6 @@ class SFTResult:
         return asdict(self)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def folder_digest(folder: Path) -> str:
-    """A model folder's identity: small files by content, weights by name, size and mtime (a
-    multi-GB checkpoint is not re-read on every cache check)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.iterdir() if p.is_file()):
-        info = path.stat()
-        if info.st_size > 16 << 20:
-            digest.update(f"{path.name}:{info.st_size}:{info.st_mtime_ns}".encode())
-        else:
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
 def train_sft(
     data: Path,
     base: Path,
@@ -94,18 +72,6 @@ def train_sft(
         return _train(data, base, work_dir, out, config, base_name, progress, say)
 
 
-@contextlib.contextmanager
-def work_lock(work_dir: Path) -> Iterator[None]:
-    """One trainer at a time in a work directory (a second one is refused, not interleaved)."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    with (work_dir / ".lock").open("w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise recipe.TrainingError(f"another training run is using {work_dir}") from None
-        yield
-
-
 def _train(
     data: Path,
     base: Path,
@@ -118,7 +84,7 @@ def _train(
 ) -> SFTResult:
     device, dtype = recipe.resolve_device(config)
     inputs = hashlib.sha256(
-        json.dumps([file_sha256(data), folder_digest(base), config.model_dump()]).encode()
+        json.dumps([file_digest(data), folder_digest(base), config.model_dump()]).encode()
     ).hexdigest()
     if (done := _published(out, inputs)) is not None:
         say(f"already trained: {out}")
@@ -149,8 +115,8 @@ def _train(
     _measure(result, records, report, config)
     result.recipe_config = str(work_dir / "recipe.yaml")
     result.tensorboard = str(work_dir / "tensorboard")
-    publish(last_epoch_dir(plan.checkpoints), base, out, dtype, result.to_dict(),
-            _card(result, config, file_sha256(data)))  # fmt: skip
+    publish(recipe.last_epoch_dir(plan.checkpoints), base, out, dtype, result.to_dict(),
+            _card(result, config, file_digest(data)))  # fmt: skip
     if heldout:
         say("held-out loss of the fine-tuned model")
         result.heldout_loss_after = mean_loss(out, heldout)
@@ -210,3 +176,29 @@ def _published(out: Path, inputs: str) -> SFTResult | None:
     if record.get("inputs_digest") != inputs:
         return None
     return SFTResult(**record)
+
+
+def plot_losses(records: list[dict], heldout: dict[str, float | None], path: Path) -> Path | None:
+    """loss.png: the training loss per step, and held-out loss before/after when measured."""
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    ax.plot([r["step"] for r in records], [r["loss"] for r in records], label="training loss")
+    before, after = heldout.get("before"), heldout.get("after")
+    if before is not None and after is not None:
+        last = records[-1]["step"]
+        ax.plot([0, last], [before, after], "o--", label="held-out loss (before, after)")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (assistant tokens)")
+    ax.set_title("SFT loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -22,7 +22,7 @@ from typing import Any
 from torch.utils.data import Dataset
 from torchtune.training.metric_logging import MetricLoggerInterface, TensorBoardLogger
 
-from sweflow.training.architectures import torchtune_arguments
+from sweflow.training.sft.architectures import torchtune_arguments
 
 
 def model(config: str, max_seq_len: int = 2048, **lora: Any):

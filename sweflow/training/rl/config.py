@@ -8,16 +8,39 @@ refused here, naming the fields, before anything runs.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from sweflow.training.rl.backends import (
+    DEFAULT_RL_BACKEND,
+    RL_BACKENDS,
+    RLBackendError,
+    check_rl_backend,
+)
+
+
+def _registered(name: str) -> str:
+    try:
+        return check_rl_backend(name)
+    except RLBackendError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _choices(schema: dict[str, Any]) -> None:
+    schema["enum"] = list(RL_BACKENDS)  # read when the schema is made: later registrations show
+
+
+# The type of the field that names an RL backend: the registered names, in the form too.
+RLBackendName = Annotated[str, AfterValidator(_registered), Field(json_schema_extra=_choices)]
 
 
 class RLConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["trl", "verl"] = Field(
-        "trl", description="trl: TRL's GRPOTrainer (CPU or one GPU); verl: verl on GPUs with Ray"
+    backend: RLBackendName = Field(
+        DEFAULT_RL_BACKEND,
+        description="trl: TRL's GRPOTrainer (CPU or one GPU); verl: verl on GPUs with Ray",
     )
     algorithm: Literal["grpo", "rloo", "ppo"] = Field("grpo", description="verl: all; trl: grpo")
     model: str | None = Field(

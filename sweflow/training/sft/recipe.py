@@ -27,14 +27,13 @@ from typing import Any
 import yaml
 
 from sweflow.errors import InfrastructureError, SweflowError
-from sweflow.training.architectures import checkpoint_model_type
-from sweflow.training.config import SFTConfig
-from sweflow.training.output import OutputError, last_epoch_dir
+from sweflow.training.sft.architectures import checkpoint_model_type
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.workdir import last_attempt, record_attempt
 
-COMPONENTS = "sweflow.training.torchtune_components"
+COMPONENTS = "sweflow.training.sft.torchtune_components"
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "output_proj"]
 RECIPE_STATE = Path("recipe_state") / "recipe_state.pt"
-ATTEMPT = ".sweflow-attempt.json"  # the digest of the config a checkpoint directory was made by
 OOM_SIGNS = ("out of memory", "cannot allocate memory", "killed", "memoryerror")
 
 StepProgress = Callable[[int, int, dict[str, float]], None]  # (step, total steps, metrics)
@@ -48,12 +47,27 @@ class TrainingKilled(TrainingError, InfrastructureError):
     """The recipe process was killed from outside (or ran out of memory): worth a resume."""
 
 
+class OutputError(SweflowError):
+    """The recipe left no checkpoint to publish."""
+
+
+def last_epoch_dir(checkpoints: Path) -> Path:
+    """The newest ``epoch_N`` folder the recipe saved, which must hold weights."""
+    epochs = sorted(
+        (p for p in checkpoints.glob("epoch_*") if p.name.split("_")[1].isdigit()),
+        key=lambda p: int(p.name.split("_")[1]),
+    )
+    if not epochs or not any(epochs[-1].glob("*.safetensors")):
+        raise OutputError(f"no epoch checkpoint with weights in {checkpoints}")
+    return epochs[-1]
+
+
 @dataclass(frozen=True)
 class Plan:
     """Where one fine-tune reads and writes, and how it runs."""
 
     model: Path  # the Hugging Face folder trained from
-    train_data: Path  # tokenized sequences (sweflow.training.data)
+    train_data: Path  # tokenized sequences (sweflow.training.sft.data)
     examples: int
     work_dir: Path  # recipe.yaml, checkpoints/, tensorboard/, metrics.jsonl, train.log
     device: str
@@ -189,15 +203,12 @@ def prepare_checkpoints(config: SFTConfig, plan: Plan) -> Path:
     """Write recipe.yaml; resume from a matching earlier attempt's last epoch, else start over."""
     fresh = recipe_config(config, plan, resume=False)
     digest = _digest(fresh)
-    attempt = plan.checkpoints / ATTEMPT
-    earlier = json.loads(attempt.read_text()).get("digest") if attempt.is_file() else None
-    resume = earlier == digest and _keep_completed_epochs(plan.checkpoints)
+    resume = last_attempt(plan.checkpoints) == digest and _keep_completed_epochs(plan.checkpoints)
     if not resume:
         shutil.rmtree(plan.checkpoints, ignore_errors=True)
         plan.metrics.unlink(missing_ok=True)
         shutil.rmtree(plan.work_dir / "tensorboard", ignore_errors=True)
-    plan.checkpoints.mkdir(parents=True, exist_ok=True)
-    attempt.write_text(json.dumps({"digest": digest}))
+    record_attempt(plan.checkpoints, digest)
     path = plan.work_dir / "recipe.yaml"
     header = f"# {recipe_name(config)}: re-run by hand with `{' '.join(command(config, path))}`\n"
     body = yaml.safe_dump(recipe_config(config, plan, resume=resume), sort_keys=False)

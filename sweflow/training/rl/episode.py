@@ -39,7 +39,7 @@ from sweflow.errors import SweflowError, is_infrastructure
 from sweflow.instances import Instance
 from sweflow.sandbox import Sandbox, SandboxSpec, open_sandbox
 from sweflow.training.chat import ChatEncoder, DriftError
-from sweflow.training.rl_config import RLConfig
+from sweflow.training.rl.config import RLConfig
 
 # (context token ids, most tokens to generate) -> (generated ids, their log-probabilities)
 Generate = Callable[[list[int], int], Awaitable[tuple[list[int], list[float]]]]

@@ -3,11 +3,18 @@
 Everything verl needs is written into ``<work>/verl`` before it starts: the train tasks as
 verl's parquet (one row per task, the agent loop's name on each row), the rollout context
 (tasks, layer store, specs, agent and rl settings, the policy), the agent-loop YAML that points
-verl at sweflow.training.verl_loop, and the trainer overrides generated from the ``rl`` section,
-composed by verl's own Hydra config into ``verl_config.yaml`` (every key checked against verl's
-schema) and saved with ``launch.sh``, the command line a user can re-run by hand. verl is then
-launched with ``python -m verl.trainer.main_ppo`` on the local Ray or ``rl.ray_address``; its last
-checkpoint is merged into a Hugging Face folder with ``python -m verl.model_merger``.
+verl at sweflow.training.rl.verl_loop, and the trainer overrides generated from the ``rl``
+section, composed by verl's own Hydra config into ``verl_config.yaml`` (every key checked
+against verl's schema) and saved with ``launch.sh``, the command line a user can re-run by
+hand. verl is then launched with ``python -m verl.trainer.main_ppo`` on the local Ray or
+``rl.ray_address``; its last checkpoint is merged into a Hugging Face folder with
+``python -m verl.model_merger``.
+
+The result is the same :class:`~sweflow.training.rl.result.RLResult` the trl backend returns:
+the run's inputs digest, and one record per step read from verl's own file logger
+(``trainer.logger`` ``file``, written to ``VERL_FILE_LOGGER_PATH``): reward, loss, turns and
+the time split that verl measures. A killed run resumes from verl's last checkpoint when its
+inputs are unchanged (verl's ``resume_mode=auto``), else starts over.
 
 verl lives in its own environment (scripts/setup-verl.sh makes .venv-verl; SWEFLOW_VERL_PYTHON
 names another interpreter): its fastapi pin clashes with Prefect's.
@@ -20,16 +27,32 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from sweflow.agent.config import AgentConfig
 from sweflow.errors import ConfigError, SweflowError
 from sweflow.instances import Instance
-from sweflow.training.rl_config import RLConfig
+from sweflow.training.output import RECORD
+from sweflow.training.rl.backend import RLRun, StepProgress
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.result import (
+    RLResult,
+    StepRecord,
+    plot_curves,
+    published,
+    read_records,
+)
+from sweflow.training.workdir import resume_point
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 AGENT_NAME = "sweflow_swe"
 ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "ppo": "gae"}
+TRACKER = "latest_checkpointed_iteration.txt"  # verl's record of its last checkpoint
+METRICS, EARLIER_METRICS = "metrics.jsonl", "metrics.earlier.jsonl"  # verl's file logger's
+STEP_TIMES = {"timing_s/step", "timing_s/gen"}  # in verl's log of every training step
 
 
 class VerlError(SweflowError):
@@ -84,7 +107,7 @@ def write_context(folder: Path, rows: Path, policy: Path, store: Path, specs: Pa
     loops = folder / "agent_loops.yaml"
     loops.write_text(
         f"- name: {AGENT_NAME}\n"
-        "  _target_: sweflow.training.verl_loop.SweflowAgentLoop\n"
+        "  _target_: sweflow.training.rl.verl_loop.SweflowAgentLoop\n"
         f"  context: {json.dumps(str(context))}\n"
     )
     return loops
@@ -128,7 +151,7 @@ def overrides(rl: RLConfig, policy: Path, parquet: Path, loops: Path, work: Path
         "trainer.n_gpus_per_node": rl.gpus_per_node,
         "trainer.nnodes": rl.nodes,
         "trainer.default_local_dir": str(work / "checkpoints"),
-        "trainer.logger": "[console,tensorboard]",
+        "trainer.logger": "[console,tensorboard,file]",  # file: VERL_FILE_LOGGER_PATH
         "trainer.project_name": "sweflow",
         "trainer.experiment_name": work.parent.name or "rl",
     }
@@ -156,25 +179,41 @@ def prepare(tasks: list[Instance], policy: Path, work: Path, rl: RLConfig, *, st
     settings = overrides(rl, policy, parquet, loops, folder)
     python = str(verl_python())
     composed = folder / "verl_config.yaml"
-    compose = [python, "-m", "sweflow.training.verl_loop", "compose", str(composed), *settings]
+    compose = [python, "-m", "sweflow.training.rl.verl_loop", "compose", str(composed), *settings]
     _run(compose, folder / "compose.log", "composing its config")
     command = [python, "-m", "verl.trainer.main_ppo", *settings]
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in logging_env(work).items())
     (folder / "launch.sh").write_text(
         "#!/usr/bin/env bash\n# verl's trainer on the rollouts of sweflow episodes\n"
-        f"export TENSORBOARD_DIR={shlex.quote(str(work / 'tensorboard'))}\n"
-        f"exec {shlex.join(command)}\n"
+        f"{exports}exec {shlex.join(command)}\n"
     )
     return command
 
 
+def logging_env(work: Path) -> dict[str, str]:
+    """Where verl's loggers write: TensorBoard, and its file logger's per-step metrics."""
+    return {"TENSORBOARD_DIR": str(work / "tensorboard"),
+            "VERL_FILE_LOGGER_PATH": str(work / "verl" / METRICS)}  # fmt: skip
+
+
 def launch(command: list[str], work: Path) -> Path:
     """Run verl's trainer to the end; returns its last checkpoint's actor folder."""
-    env = {**os.environ, "TENSORBOARD_DIR": str(work / "tensorboard")}
-    _run(command, work / "verl" / "train.log", "training", env=env)
-    tracker = work / "verl" / "checkpoints" / "latest_checkpointed_iteration.txt"
-    if not tracker.is_file():
-        raise VerlError(f"verl finished without a checkpoint ({tracker} is missing)")
-    return tracker.parent / f"global_step_{tracker.read_text().strip()}" / "actor"
+    metrics = work / "verl" / METRICS
+    if metrics.is_file():  # an earlier launch's steps: verl's file logger truncates its file
+        with (work / "verl" / EARLIER_METRICS).open("a") as kept:
+            kept.write(metrics.read_text())
+    _run(command, work / "verl" / "train.log", "training", env={**os.environ, **logging_env(work)})
+    checkpoints = work / "verl" / "checkpoints"
+    last = last_checkpoint(checkpoints)
+    if last is None:
+        raise VerlError(f"verl finished without a checkpoint ({checkpoints / TRACKER} is missing)")
+    return last / "actor"
+
+
+def last_checkpoint(checkpoints: Path) -> Path | None:
+    """The checkpoint verl's tracker file names as its last, or None."""
+    tracker = checkpoints / TRACKER
+    return checkpoints / f"global_step_{tracker.read_text().strip()}" if tracker.is_file() else None
 
 
 def merge(actor: Path, out: Path) -> Path:
@@ -199,24 +238,59 @@ def _run(argv: list[str], log: Path, what: str, env: dict[str, str] | None = Non
         raise VerlError(f"verl failed {what} (exit {done.returncode}); see {log}:\n{tail}")
 
 
-def train_rl_verl(tasks: list[Instance], policy: Path, work: Path, out: Path, rl: RLConfig, *,
-                  store: Path, specs: Path, agent: AgentConfig, backend: str = "local",
-                  policy_name: str | None = None) -> dict:  # fmt: skip
-    """Prepare, launch, merge: ``out`` is the trained policy as a Hugging Face folder. Returns
-    the record written beside it (sweflow_training.json)."""
-    from sweflow.training.output import RECORD
+class VerlBackend:
+    """verl's PPO trainer in its own environment, on the local Ray or ``rl.ray_address``."""
 
-    if not tasks:
-        raise VerlError("no train task has a built environment: nothing to roll out")
-    command = prepare(tasks, policy, work, rl, store=store, specs=specs, agent=agent,
-                      backend=backend)  # fmt: skip
-    actor = launch(command, work)
-    merge(actor, out)
-    record = {
-        "model": str(out), "base_model": policy_name or str(policy), "backend": "verl",
-        "algorithm": rl.algorithm, "tasks": len(tasks), "steps": rl.steps,
-        "checkpoint": str(actor), "tensorboard": str(work / "tensorboard"),
-        "verl_config": str(work / "verl" / "verl_config.yaml"),
-    }  # fmt: skip
-    (out / RECORD).write_text(json.dumps(record, indent=1))
-    return record
+    def result(self, run: RLRun) -> RLResult | None:
+        return published(run.out, run.inputs)
+
+    def resume(self, run: RLRun) -> Path | None:
+        folder = run.work / "verl"
+        checkpoints = folder / "checkpoints"
+        stale = [checkpoints, run.work / "tensorboard", folder / METRICS, folder / EARLIER_METRICS]
+        return resume_point(run.work, run.inputs, last_checkpoint(checkpoints), stale)
+
+    def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
+        """Prepare, launch, merge: ``run.out`` is the trained policy as a Hugging Face folder.
+        verl resumes by itself (``trainer.resume_mode=auto``) from the checkpoint ``resume``
+        found, the only one left in its folder."""
+        env = run.env
+        command = prepare(run.tasks, run.policy, run.work, run.rl, store=run.store,
+                          specs=run.specs, agent=env.agent, backend=env.backend)  # fmt: skip
+        began = time.monotonic()
+        actor = launch(command, run.work)
+        seconds = round(time.monotonic() - began, 1)
+        merge(actor, run.out)
+        folder = run.work / "verl"
+        records = [asdict(step_record(line))
+                   for line in read_records(folder / EARLIER_METRICS, folder / METRICS)
+                   if STEP_TIMES <= line["data"].keys()]  # fmt: skip
+        plot = plot_curves(records, run.work / "rl.png")
+        result = RLResult(
+            model=str(run.out), base_model=run.base_model, backend="verl",
+            inputs_digest=run.inputs, tasks=len(run.tasks), steps=run.rl.steps, records=records,
+            infra_failures=None, train_seconds=seconds, curves=str(plot) if plot else None,
+            tensorboard=str(run.work / "tensorboard"),
+        )  # fmt: skip
+        (run.out / RECORD).write_text(json.dumps(result.to_dict(), indent=1))
+        return result
+
+
+def step_record(line: dict[str, Any]) -> StepRecord:
+    """A step's figures from a line of verl 0.9.1's file logger, ``{"step": N, "data": {...}}``
+    (verl/utils/tracking.py FileLogger; the metric names are those of its trainer's
+    compute_data_metrics and compute_timing_metrics, and its actor's pg_loss). verl logs batch
+    figures only: what sweflow counts per episode (resolve rate, valid actions, infrastructure
+    failures, environment time) is None. All of verl's numbers are kept in ``extra``."""
+    data = line["data"]
+    step_s, rollouts_s = data["timing_s/step"], data["timing_s/gen"]
+    turns = data.get("num_turns/mean")  # SweflowAgentLoop's num_turns: 2 * agent steps + 1
+    return StepRecord(
+        step=int(line["step"]), episodes=None, infra_failures=None,
+        mean_reward=data.get("critic/score/mean"), resolve_rate=None, valid_action_rate=None,
+        episode_turns=None if turns is None else (turns - 1) / 2, generated_tokens=None,
+        generation_s=rollouts_s,  # the rollouts: generation, sandboxes and grading, overlapped
+        env_s=None, env_s_per_rollout=None, update_s=max(0.0, step_s - rollouts_s),
+        step_s=step_s, loss=data.get("actor/pg_loss"),
+        extra={k: v for k, v in data.items() if isinstance(v, int | float)},
+    )  # fmt: skip

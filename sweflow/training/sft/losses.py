@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweflow.training.data import IGNORE, Example
+from sweflow.training.sft.data import IGNORE, Example
 
 
 def mean_loss(model: Path, examples: list[Example]) -> float:

@@ -1,17 +1,19 @@
 """The ``verl`` backend's side inside verl: the sweflow agent as a verl agent loop.
 
 verl instantiates :class:`SweflowAgentLoop` once per sample (its entry in the agent-loop YAML
-that sweflow.training.rl_verl writes names the rollout context file), calls ``run()`` with the
-sampling parameters and the dataset row, and trains on what it returns. ``run()`` plays one
-episode of the sweflow agent (sweflow.training.episode: the same tools, templates and limits as
-collect and infer, in a fresh sandbox, graded by the harness-identical grader), reaching the
-policy token in, token out through verl's server manager, and returns the episode's tokens, mask,
-log-probabilities and ``reward_score``, which makes verl skip its own reward workers.
+that sweflow.training.rl.verl_backend writes names the rollout context file), calls ``run()``
+with the sampling parameters and the dataset row, and trains on what it returns. ``run()``
+plays one episode of the sweflow agent (sweflow.training.rl.episode: the same tools, templates
+and limits as collect and infer, in a fresh sandbox, graded by the harness-identical grader),
+reaching the policy token in, token out through verl's server manager, and returns the
+episode's tokens, mask, log-probabilities and ``reward_score``, which makes verl skip its own
+reward workers.
 
 An infrastructure failure (after ``rl.infra_retries`` retries) cannot leave verl's batch, whose
 size is fixed: it comes back with every response token masked (no gradient through it), reward
-0 and ``infra_failure`` set in ``reward_extra_info``, so it is counted and logged; it still takes
-a place in its group's baseline, which the ``trl`` backend avoids.
+0 and ``infra_failure`` set in ``reward_extra_info`` (which verl 0.9.1's trainer keeps with the
+sample but does not log per training step); it still takes a place in its group's baseline,
+which the ``trl`` backend avoids.
 
 This module imports verl: it is loaded in verl's environment (.venv-verl), never by the
 pipeline. :class:`CompletionsServer` stands in for verl's server manager with any vLLM server's
@@ -38,8 +40,8 @@ from sweflow.grading import Grader
 from sweflow.harness.specs import load_specs
 from sweflow.instances import Instance, load_instances
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.episode import EpisodeEnv, run_episode
-from sweflow.training.rl_config import RLConfig
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.episode import EpisodeEnv, run_episode
 
 AGENT_NAME = "sweflow_swe"
 
@@ -162,7 +164,7 @@ def compose(out: Path, overrides: list[str]) -> None:
     out.write_text(OmegaConf.to_yaml(config))
 
 
-if __name__ == "__main__":  # python -m sweflow.training.verl_loop compose OUT OVERRIDES...
+if __name__ == "__main__":  # python -m sweflow.training.rl.verl_loop compose OUT OVERRIDES...
     if sys.argv[1:2] != ["compose"] or len(sys.argv) < 3:
-        sys.exit("usage: python -m sweflow.training.verl_loop compose OUT [OVERRIDE...]")
+        sys.exit("usage: python -m sweflow.training.rl.verl_loop compose OUT [OVERRIDE...]")
     compose(Path(sys.argv[2]), sys.argv[3:])

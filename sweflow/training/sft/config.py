@@ -1,5 +1,5 @@
 """How a fine-tune is configured: the ``sft`` section of the pipeline, ``sweflow train sft``'s
-options. The torchtune recipe config is generated from it (sweflow.training.recipe)."""
+options. The torchtune recipe config is generated from it (sweflow.training.sft.recipe)."""
 
 from __future__ import annotations
 

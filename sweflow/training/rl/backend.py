@@ -1,0 +1,93 @@
+"""What an RL trainer is to sweflow: one protocol, whoever updates the policy.
+
+A backend is given an :class:`RLRun` (the tasks, the starting policy, the ``rl`` section, where
+the episodes run, where to write) and answers three questions, which the entry point
+(sweflow.training.rl.trainer.train) asks in this order while it holds the work folder's lock:
+``result`` (is a model trained from these very inputs already published?), ``resume`` (does a
+killed attempt carry on, and from which checkpoint? what any other attempt left is cleared),
+then ``train``. A new trainer (SkyRL, OpenRLHF...) is one module with such a class and one line
+in sweflow.training.rl.backends; :func:`rl_backend` loads it by name when a run needs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from sweflow.errors import SweflowError
+from sweflow.instances import Instance
+from sweflow.training.rl.backends import RL_BACKENDS, RLBackendError, check_rl_backend
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.episode import EpisodeEnv
+from sweflow.training.rl.result import RLResult, StepRecord
+from sweflow.training.workdir import folder_digest
+
+StepProgress = Callable[[int, int, StepRecord], None]  # (step, total steps, its figures)
+
+
+class RLError(SweflowError):
+    """RL cannot run as configured; the message names what to change."""
+
+
+@dataclass
+class RLRun:
+    """One RL run's inputs. ``env`` runs episodes in this process (trl); a trainer whose
+    episodes run in workers of its own (verl) rebuilds them from ``store``, ``specs`` and
+    ``env``'s agent settings and sandbox backend."""
+
+    tasks: list[Instance]
+    policy: Path  # the Hugging Face folder training starts from
+    work: Path  # checkpoints, logs, rollouts
+    out: Path  # the trained model, published whole
+    rl: RLConfig
+    env: EpisodeEnv
+    store: Path
+    specs: Path
+    policy_name: str | None = None  # how the user named the policy (default: its folder)
+
+    @property
+    def base_model(self) -> str:
+        return self.policy_name or str(self.policy)
+
+    @cached_property
+    def inputs(self) -> str:
+        """The digest a published result, or an attempt to resume, must carry."""
+        return hashlib.sha256(json.dumps([
+            sorted(t.instance_id for t in self.tasks), folder_digest(self.policy),
+            self.rl.model_dump(), self.env.agent.model_dump(), self.env.backend,
+        ]).encode()).hexdigest()  # fmt: skip
+
+
+@runtime_checkable
+class RLBackend(Protocol):
+    """A trainer of the policy on sweflow episodes (see the module docstring)."""
+
+    def result(self, run: RLRun) -> RLResult | None:
+        """The result published in ``run.out`` for ``run.inputs``, or None."""
+        ...
+
+    def resume(self, run: RLRun) -> Path | None:
+        """The checkpoint a killed attempt with the same inputs left, or None: then the work
+        folder is cleared of any other attempt's leftovers. Either way this attempt is
+        recorded as the folder's."""
+        ...
+
+    def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
+        """Train (from ``resume`` when set), publish ``run.out`` and return its record."""
+        ...
+
+
+def rl_backend(name: str) -> RLBackend:
+    """The backend registered as ``name``, its module imported now."""
+    module, _, attr = RL_BACKENDS[check_rl_backend(name)].partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise RLBackendError(f"RL backend {name!r} cannot be imported: {exc}") from exc
+    return cls()
