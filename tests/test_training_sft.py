@@ -131,6 +131,32 @@ def test_bad_lines_are_named_and_overlength_is_counted(tiny_smollm2, sft_jsonl, 
                          overlength="skip")  # fmt: skip
 
 
+def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(
+    tiny_smollm2, sft_jsonl, tmp_path
+):
+    """Cut to fit, a trajectory keeps its system and task messages and its latest turns (the
+    edit, the check, the submit), not its first turns."""
+    record = max(map(json.loads, sft_jsonl.read_text().splitlines()),
+                 key=lambda r: len(r["messages"]))  # fmt: skip
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps(record) + "\n")
+    encoder = ChatEncoder(tiny_smollm2)
+    whole = encoder.encode(record["messages"])
+    limit = len(whole.tokens) - 40
+    _, _, report = sft_data.prepare(data, encoder, tmp_path / "out", max_seq_len=limit,
+                                    overlength="truncate")  # fmt: skip
+    assert report.truncated == 1
+    [row] = sft_data.load_examples(tmp_path / "out" / "train.jsonl")
+    assert len(row.tokens) <= limit
+    text = encoder.tokenizer.decode(row.tokens)
+    replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+    assert text.startswith(encoder.render(record["messages"][:2], None, prompt=False))
+    assert replies[-1] in text and replies[0] not in text
+    trained = encoder.tokenizer.decode([t for t, label in zip(row.tokens, row.labels, strict=True)
+                                        if label != IGNORE])  # fmt: skip
+    assert trained.endswith(f"{replies[-1]}<|im_end|>")
+
+
 def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):
     empty = tmp_path / "sft.jsonl"
     empty.write_text("")

@@ -8,14 +8,23 @@ tokenized as vLLM tokenizes a chat prompt (no extra special tokens). Each assist
 trained from its first token through its end-of-turn token, exactly the tokens the model emits;
 system, user and tool turns, and the template's own framing, are masked.
 
+vLLM's chat endpoint does not hand the messages to the template as they arrive: a tool call's
+``arguments`` (a JSON string in the OpenAI API) become a dict, and an empty ``tool_calls`` list is
+dropped (vLLM 0.32, ``vllm/renderers/chat_utils.py``'s message post-processing). Rendering does
+the same, so a template that writes the arguments with ``tojson`` (Qwen2.5's) sees an object, not
+a string it would encode twice.
+
 :meth:`ChatEncoder.encode` checks what it relies on: the prompt of every assistant turn, tokenized
 on its own as vLLM would, is a prefix of the sequence's tokens. A conversation where that fails
 (a template that rewrites earlier turns, a tokenization that merges across the boundary) is
-refused with :class:`DriftError` rather than trained on a sequence the model never sees.
+refused with :class:`DriftError` rather than trained on a sequence the model never sees. And a
+turn whose actions vanish in the template (SmolLM2's ignores ``tool_calls``) is refused with
+:class:`ActionsLostError`, naming the model: training on it would teach replies with no action.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +40,38 @@ class DriftError(SweflowError):
 
 class ChatTemplateError(ConfigError):
     """The model folder has no chat template or tokenizer that can render the conversation."""
+
+
+class ActionsLostError(ChatTemplateError):
+    """The chat template drops an assistant turn's tool calls: the turn would train no action."""
+
+
+def as_vllm_renders(messages: Messages) -> Messages:
+    """The messages as vLLM's chat endpoint hands them to the template: tool-call arguments
+    parsed from their JSON string into a dict, an empty ``tool_calls`` list dropped."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if message.get("role") != "assistant" or calls is None:
+            out.append(message)
+            continue
+        message = {k: v for k, v in message.items() if k != "tool_calls"}
+        if calls:
+            message["tool_calls"] = [_parsed_arguments(call) for call in calls]
+        out.append(message)
+    return out
+
+
+def _parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return call  # vLLM passes what it cannot parse as it came
+        return {**call, "function": {**function, "arguments": arguments}}
+    return call
 
 
 @dataclass(frozen=True)
@@ -61,6 +102,7 @@ class ChatEncoder:
             raise ChatTemplateError(f"{model}: the tokenizer has no chat template")
         if not self.tokenizer.is_fast:
             raise ChatTemplateError(f"{model}: a fast tokenizer (tokenizer.json) is needed")
+        self.model = Path(model)
         self.end_of_turn = self.tokenizer.eos_token or ""
 
     def render(self, messages: Messages, tools: Messages | None, *, prompt: bool) -> str:
@@ -69,7 +111,7 @@ class ChatEncoder:
         if tools:
             kwargs["tools"] = tools
         try:
-            return self.tokenizer.apply_chat_template(messages, **kwargs)
+            return self.tokenizer.apply_chat_template(as_vllm_renders(messages), **kwargs)
         except Exception as exc:  # jinja errors: a role or a None content the template refuses
             why = f"the chat template cannot render this conversation: {exc}"
             raise ChatTemplateError(why) from None
@@ -95,6 +137,7 @@ class ChatEncoder:
                 raise DriftError(f"the chat template renders turn {i} differently in context")
             spans.append((len(prefix), self._turn_end(through, len(prefix))))
             prompts.append(prefix)
+            self._check_actions(message, through[len(prefix) :], i)
         encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         tokens, offsets = encoding["input_ids"], encoding["offset_mapping"]
         trained = [any(a <= s and e <= b for a, b in spans) for s, e in offsets]
@@ -107,6 +150,27 @@ class ChatEncoder:
                 )
             lengths.append(len(alone))
         return Encoded(tokens, trained, lengths)
+
+    def _check_actions(self, message: dict[str, Any], rendered: str, turn: int) -> None:
+        """Every tool call of an assistant turn shows in the turn's rendered text (its name, and
+        its arguments' values), or training would teach the turn without its action."""
+        content = message.get("content")
+        if isinstance(content, str) and content:
+            rendered = rendered.replace(content, "")  # a thought may name the tool it calls
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            arguments = _parsed_arguments(call)["function"].get("arguments")
+            values = arguments.values() if isinstance(arguments, dict) else [arguments]
+            shown = [str(function.get("name", ""))]  # and the values no template escapes
+            shown += [v for v in values if isinstance(v, str) and v and v.isprintable()
+                      and not set(v) & set("\"'\\<>&")]  # fmt: skip
+            if not all(value in rendered for value in shown):
+                raise ActionsLostError(
+                    f"{self.model}: the chat template drops the tool calls of assistant turn "
+                    f"{turn} (tools mode): {function.get('name')!r} does not appear in the "
+                    "rendered text, so the turn would be trained without its action; collect in "
+                    "text mode (--tool-mode text) for this model"
+                )
 
     def continuation(
         self, through: Messages, later: Messages, tools: Messages | None, *, ended: bool

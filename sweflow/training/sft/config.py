@@ -28,7 +28,9 @@ class SFTConfig(BaseModel):
     max_steps_per_epoch: int | None = Field(None, ge=1, description="None: the whole dataset")
     max_seq_len: int = Field(2048, ge=64, description="tokens per sequence")
     overlength: Literal["truncate", "skip"] = Field(
-        "truncate", description="what happens to a longer conversation (counted either way)"
+        "truncate",
+        description="a longer conversation: truncate keeps its start (system and task) and the "
+        "latest turns that fit (the edit, the check, the submit); skip drops it (both counted)",
     )
     heldout_fraction: float = Field(
         0.0, ge=0, lt=1, description="tasks kept out of training to measure loss before/after"

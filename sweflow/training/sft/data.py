@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sweflow.errors import ConfigError
-from sweflow.training.chat import ChatEncoder, ChatTemplateError, DriftError
+from sweflow.training.chat import ActionsLostError, ChatEncoder, ChatTemplateError, DriftError
 
 IGNORE = -100  # the label of a token that is not trained (torchtune's CROSS_ENTROPY_IGNORE_IDX)
 
@@ -112,18 +112,22 @@ def tokenize_records(
     for record in records:
         try:
             encoded = encoder.encode(record["messages"], record.get("tools"))
+        except ActionsLostError:
+            raise  # the data's tool mode is wrong for this model: no conversation would train
         except (DriftError, ChatTemplateError) as exc:
             report.skipped_drift += 1
             report.malformed.append(f"{record.get('instance_id', '?')}: {exc}")
             continue
-        tokens = encoded.tokens
-        labels = [t if keep else IGNORE for t, keep in zip(tokens, encoded.trained, strict=True)]
-        if len(tokens) > max_seq_len:
-            if overlength == "skip":
+        if len(encoded.tokens) > max_seq_len:
+            if (
+                overlength == "skip"
+                or (encoded := _last_turns(record, encoder, max_seq_len)) is None
+            ):
                 report.skipped_overlength += 1
                 continue
-            tokens, labels = tokens[:max_seq_len], labels[:max_seq_len]
             report.truncated += 1
+        tokens = encoded.tokens
+        labels = [t if keep else IGNORE for t, keep in zip(tokens, encoded.trained, strict=True)]
         trained = sum(label != IGNORE for label in labels)
         if not trained:
             report.skipped_untrained += 1
@@ -134,6 +138,25 @@ def tokenize_records(
         report.trained_tokens += trained
         examples.append(Example(str(record.get("instance_id", "")), tokens, labels))
     return examples
+
+
+def _last_turns(record: dict[str, Any], encoder: ChatEncoder, max_seq_len: int):
+    """A conversation too long for ``max_seq_len``, cut to its start (the system and task
+    messages) and the latest turns that fit: the edit, the check and the submit are what a
+    trajectory teaches last, and a cut at the end would drop them. None when even the start and
+    the last assistant turn do not fit."""
+    messages = record["messages"]
+    start = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    turns = [i for i in range(start, len(messages)) if messages[i]["role"] == "assistant"]
+    for first in turns[1:]:
+        kept = [*messages[:start], *messages[first:]]
+        try:
+            encoded = encoder.encode(kept, record.get("tools"))
+        except DriftError:
+            continue
+        if len(encoded.tokens) <= max_seq_len:
+            return encoded
+    return None
 
 
 def prepare(
