@@ -18,22 +18,26 @@ from pydantic import ValidationError
 from safetensors.torch import load_file
 
 from sweflow.agent.config import AgentConfig
-from sweflow.envcache.builder import instance_sandbox_spec
+from sweflow.cluster.local import LocalExecutor
 from sweflow.envcache.dataset import dataset_specs
-from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
 from sweflow.sandbox import SandboxStartError
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.rl.config import RLConfig
-from sweflow.training.rl.episode import EpisodeEnv, run_episode
+from sweflow.training.rl.config import RLConfig, default_group_size
+from sweflow.training.rl.episode import Episode, EpisodeEnv, run_episode, shaping
 from sweflow.training.rl.result import read_records
-from sweflow.training.rl.trainer import train
-from sweflow.training.rl.trl_backend import LocalGenerator
+from sweflow.training.rl.trainer import episode_env, train
+from sweflow.training.rl.trl_backend import LocalGenerator, summarize, trained_mask
 from sweflow.training.sft.config import SFTConfig
 from sweflow.training.sft.train import train_sft
 
 pytestmark = pytest.mark.timeout(1200)
-SHORT = {"max_tokens_per_turn": 96, "max_response_length": 768, "format_error_penalty": 0.1}
+SHORT = {
+    "max_tokens_per_turn": 96,
+    "max_response_length": 768,
+    "format_error_penalty": 0.1,
+    "empty_patch_penalty": 0.1,
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +53,9 @@ def policy(tiny_smollm2: Path, demo_replays, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def env(demo_replays) -> EpisodeEnv:
     data = demo_replays[0]
-    store = LayerStore(data.store)
-    grader = Grader(data.store, data.specs)
-    return EpisodeEnv(
-        spec_for=lambda row: instance_sandbox_spec(store, row.instance_id),
-        grade=grader.areward,
-        agent=AgentConfig(tool_mode="text", max_steps=3),
-    )
+    grader = Grader(data.store, data.specs, tamper_guard=True)
+    return episode_env(LocalExecutor(data.store), grader, AgentConfig(tool_mode="text",
+                       max_steps=3), "local")  # fmt: skip
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -152,7 +152,7 @@ def test_infrastructure_failures_are_dropped_not_scored_zero(policy, env, demo_r
     async def hangs(instance, patch):
         await asyncio.sleep(60)
 
-    hanging = EpisodeEnv(env.spec_for, hangs, env.agent)
+    hanging = EpisodeEnv(env.open, hangs, env.agent)
     rl = RLConfig(**SHORT, reward_timeout_s=1.0, infra_retries=1)
     episode = asyncio.run(run_episode(row, hanging, encoder, generator, rl))
     assert episode.reward is None and "grading ran past 1 s" in episode.infra_failure
@@ -173,8 +173,54 @@ def test_infrastructure_failures_are_dropped_not_scored_zero(policy, env, demo_r
         ({"backend": "trl", "algorithm": "ppo"}, "algorithm ppo"),
         ({"max_tokens_per_turn": 4096, "max_response_length": 1024}, "max_tokens_per_turn"),
         ({"steps": 0}, "steps"),
+        ({"format_error_penalty": 0.2, "empty_patch_penalty": 0.1}, "empty_patch_penalty"),
     ],
 )
 def test_settings_that_cannot_work_together_are_refused_naming_them(settings, named):
     with pytest.raises(ValidationError, match=named):
         RLConfig(**settings)
+
+
+def test_doing_nothing_never_scores_above_trying() -> None:
+    rl = RLConfig(format_error_penalty=0.1, empty_patch_penalty=0.1)
+    submit_at_once = Episode("t", steps=1, valid_steps=1)
+    tried_and_failed = Episode("t", steps=8, valid_steps=1)  # 7 of 8 replies no action
+    worst_try = -shaping(rl, tried_and_failed, "diff --git a/x b/x\n")
+    assert -shaping(rl, submit_at_once, "") == -0.1 <= worst_try
+    assert -shaping(rl, Episode("t", steps=4, valid_steps=4), "diff") == 0.0
+    assert RLConfig().rollouts_per_task == default_group_size() == 4  # no GPU here
+
+
+def test_step_records_count_refusals_and_groups_without_signal() -> None:
+    def done(reward: float, refused: str = "") -> Episode:
+        return Episode("t", reward=reward, refused=refused, response_ids=[1, 2], mask=[1, 0])
+
+    failed = Episode("t", infra_failure="sandbox: died", response_ids=[1, 2, 3], mask=[1, 1, 0])
+    episodes = [done(0.0), done(1.0), done(0.0, "touches_tests"), done(0.0), failed, done(1.0)]
+    record = summarize(1, episodes, rollout_s=10.0, busy_s=8.0, group=2)
+    assert (record.refused, record.infra_failures, record.episodes) == (1, 1, 6)
+    # groups (0, 1) | (0, 0): no spread | (dropped, 1): one scored episode, no spread either
+    assert record.zero_spread_groups == round(2 / 3, 3)
+    assert trained_mask(failed) == [0, 0, 0] and trained_mask(episodes[0]) == [1, 0]
+
+
+def test_an_episode_that_hacks_the_tests_earns_nothing(env, tiny_smollm2, demo_replays) -> None:
+    """The policy writes a conftest hook that marks failures passed and submits: the tamper
+    guard (on by default in RL) refuses it, so its reward is the unresolved one."""
+    encoder = ChatEncoder(tiny_smollm2)
+    eos = encoder.tokenizer.eos_token_id
+    hook = ("import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef "
+            "pytest_runtest_makereport(item, call):\n    outcome = yield\n"
+            "    outcome.get_result().outcome = 'passed'\n")  # fmt: skip
+    replies = iter([f"THOUGHT: make them pass.\n\n```bash\ncat > conftest.py <<'EOF'\n{hook}EOF"
+                    "\n```", "THOUGHT: done.\n\n```bash\nsubmit\n```"])  # fmt: skip
+
+    async def generate(ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
+        tokens = encoder.tokenizer.encode(next(replies), add_special_tokens=False) + [eos]
+        return tokens, [0.0] * len(tokens)
+
+    rl = RLConfig(**SHORT)
+    episode = asyncio.run(run_episode(demo_replays[0].instances[0], env, encoder, generate, rl))
+    assert not episode.infra_failure and episode.exit_status == "submitted"
+    assert (episode.resolved, episode.refused) == (False, "touches_tests")
+    assert episode.reward == 0.0

@@ -174,6 +174,7 @@ def _rl_steps(data: GradingData, tmp: Path, steps: int, progress: Progress) -> d
     policy = train_sft(tmp / "gold" / "sft.jsonl", base, tmp / "sft", tmp / "sft" / "model", sft)
     rl = RLConfig(steps=steps, tasks_per_step=2, rollouts_per_task=2, learning_rate=1e-5,
                   max_tokens_per_turn=128, max_response_length=1536, format_error_penalty=0.1,
+                  empty_patch_penalty=0.1,
                   checkpoint_every=steps)  # fmt: skip
 
     def on_step(step: int, total: int, record: Any) -> None:

@@ -69,6 +69,7 @@ def rl(ctx: StageContext) -> StageResult:
         reward = "-" if record.mean_reward is None else f"{record.mean_reward:+.3f}"
         ctx.progress(step, total, f"step {step}: reward {reward}, resolved "
                      f"{record.resolve_rate:.0%}, valid actions {record.valid_action_rate:.0%}, "
+                     f"{record.refused} refused by the tamper guard, "
                      f"{record.infra_failures} infra failures")  # fmt: skip
 
     # the run's executor: trl's sandboxes and gradings on its nodes, verl on its Ray cluster
@@ -90,8 +91,9 @@ def rl(ctx: StageContext) -> StageResult:
 
 def _row(record: dict) -> dict:
     keys = ("step", "mean_reward", "resolve_rate", "valid_action_rate", "episode_turns",
-            "infra_failures", "generation_s", "env_s", "update_s", "loss")  # fmt: skip
-    return {key: record[key] for key in keys}
+            "refused", "zero_spread_groups", "infra_failures", "generation_s", "env_s",
+            "update_s", "loss")  # fmt: skip
+    return {key: record.get(key) for key in keys}
 
 
 def report(result: RLResult) -> str:

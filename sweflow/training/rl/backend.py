@@ -39,7 +39,7 @@ class RLError(SweflowError):
 class RLRun:
     """One RL run's inputs. ``env`` runs episodes in this process (trl); a trainer whose
     episodes run in workers of its own (verl) rebuilds them from ``store``, ``specs`` and
-    ``env``'s agent settings and sandbox backend."""
+    ``env``'s agent settings and the sandbox ``backend``."""
 
     tasks: list[Instance]
     policy: Path  # the Hugging Face folder training starts from
@@ -49,6 +49,7 @@ class RLRun:
     env: EpisodeEnv
     store: Path
     specs: Path
+    backend: str = "local"  # the sandboxes'
     policy_name: str | None = None  # how the user named the policy (default: its folder)
 
     @property
@@ -60,7 +61,7 @@ class RLRun:
         """The digest a published result, or an attempt to resume, must carry."""
         return hashlib.sha256(json.dumps([
             sorted(t.instance_id for t in self.tasks), folder_digest(self.policy),
-            self.rl.model_dump(), self.env.agent.model_dump(), self.env.backend,
+            self.rl.model_dump(), self.env.agent.model_dump(), self.backend,
         ]).encode()).hexdigest()  # fmt: skip
 
 

@@ -2,12 +2,17 @@
 
 One rollout is one episode of the sweflow agent (the pipeline's agent section: same tools,
 templates and limits as collect and infer) in a fresh sandbox, rewarded 1 when the grader finds
-the task resolved, else 0, minus the optional shaping. Values that cannot work together are
-refused here, naming the fields, before anything runs.
+the task resolved (a patch the tamper guard refuses is not), else 0, minus the optional shaping:
+``format_error_penalty`` times the share of replies that parse into no action, and
+``empty_patch_penalty`` when the episode changed nothing. The empty-patch penalty is at least the
+format penalty, so doing nothing never scores above trying: an episode that submits at once loses
+``empty_patch_penalty``, one that edits and fails loses at most ``format_error_penalty``.
+Values that cannot work together are refused here, naming the fields, before anything runs.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -31,6 +36,13 @@ def _choices(schema: dict[str, Any]) -> None:
     schema["enum"] = list(RL_BACKENDS)  # read when the schema is made: later registrations show
 
 
+def default_group_size() -> int:
+    """Episodes per task when the config names none: 4 on a CPU, 8 with a GPU (groups of 2 mostly
+    have no reward spread, so no signal; the kernel lists NVIDIA GPUs under /proc/driver)."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return 8 if gpus.is_dir() and any(gpus.iterdir()) else 4
+
+
 # The type of the field that names an RL backend: the registered names, in the form too.
 RLBackendName = Annotated[str, AfterValidator(_registered), Field(json_schema_extra=_choices)]
 
@@ -48,7 +60,11 @@ class RLConfig(BaseModel):
     )
     steps: int = Field(4, ge=1, description="policy updates")
     tasks_per_step: int = Field(2, ge=1, description="train tasks in each step's batch")
-    rollouts_per_task: int = Field(2, ge=1, description="episodes per task (GRPO's group)")
+    rollouts_per_task: int = Field(
+        default_factory=default_group_size,
+        ge=1,
+        description="episodes per task (GRPO's group); default 4 on a CPU, 8 with a GPU",
+    )
     learning_rate: float = Field(1e-6, gt=0)
     kl_coef: float = Field(0.0, ge=0, description="0: no KL penalty (and no reference model)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
@@ -61,7 +77,16 @@ class RLConfig(BaseModel):
         2000, gt=200, description="observations are cut to this (keeps sequences trainable)"
     )
     format_error_penalty: float = Field(
-        0.0, ge=0, description="shaping: subtracted per reply that parses into no action"
+        0.0, ge=0, description="shaping: times the share of replies that parse into no action"
+    )
+    empty_patch_penalty: float = Field(
+        0.0,
+        ge=0,
+        description="shaping: subtracted when an episode changes nothing; at least "
+        "format_error_penalty, so that submitting at once never beats trying",
+    )
+    tamper_guard: bool = Field(
+        True, description="a patch that passes the tests without fixing anything earns 0"
     )
     reward_timeout_s: float = Field(
         900.0, gt=0, description="a grading that runs longer is an infrastructure failure"
@@ -84,6 +109,12 @@ class RLConfig(BaseModel):
             )
         if self.backend == "trl" and self.algorithm != "grpo":
             raise ValueError(f"backend trl runs GRPO only; algorithm {self.algorithm} needs verl")
+        if self.empty_patch_penalty < self.format_error_penalty:
+            raise ValueError(
+                f"empty_patch_penalty ({self.empty_patch_penalty}) is below format_error_penalty "
+                f"({self.format_error_penalty}): an episode that submits at once would beat one "
+                "that tries and makes invalid replies; raise empty_patch_penalty"
+            )
         if self.max_tokens_per_turn > self.max_response_length:
             raise ValueError("max_tokens_per_turn is larger than max_response_length")
         if self.tensor_parallel_size > self.gpus_per_node:

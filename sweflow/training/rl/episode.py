@@ -7,11 +7,13 @@ token sequence, appends exactly the tokens the policy generated (``mask`` 1) and
 turn, the chat template's framing of the observations (``mask`` 0), computed from the template,
 never by re-encoding generated text. So the tokens trained are the tokens sampled.
 
-Rewards: 1 when the task is resolved, else 0, minus ``format_error_penalty`` per reply that
-parsed into no action. An episode the machinery failed (the sandbox would not start or died, the
-model backend failed, the grading errored or ran past ``reward_timeout_s``) has no reward: it
-is retried up to ``infra_retries`` times, then reported as an infrastructure failure, which the
-trainers drop from the batch rather than train on as a 0.
+Rewards: 1 when the task is resolved, else 0, minus the shaping of sweflow.training.rl.config
+(the share of replies that parsed into no action, an episode that changed nothing); a patch the
+tamper guard refuses is counted as refused. An episode the machinery failed (the sandbox would
+not start or died, the model backend failed, the grading errored or ran past
+``reward_timeout_s``) has no reward: it is retried up to ``infra_retries`` times, then reported
+as an infrastructure failure, which the trainers drop from the batch (every token masked)
+rather than train on as a 0.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from sweflow.agent.config import AgentConfig
 from sweflow.agent.loop import run_agent
 from sweflow.agent.trajectory import INFRA_FAILURES, Trajectory
 from sweflow.errors import SweflowError, is_infrastructure
+from sweflow.grading.guard import REFUSALS
 from sweflow.instances import Instance
-from sweflow.sandbox import Sandbox, SandboxSpec, open_sandbox
+from sweflow.sandbox import Sandbox
 from sweflow.training.chat import ChatEncoder, DriftError
 from sweflow.training.rl.config import RLConfig
 
@@ -148,6 +151,7 @@ class Episode:
     logprobs: list[float] = field(default_factory=list)
     reward: float | None = None  # None: an infrastructure failure (dropped from the batch)
     resolved: bool = False
+    refused: str = ""  # the tamper guard's reason, when it refused the patch
     infra_failure: str = ""
     exit_status: str = ""
     steps: int = 0
@@ -161,20 +165,12 @@ class Episode:
 
 @dataclass
 class EpisodeEnv:
-    """Where episodes run and how they are judged."""
+    """Where episodes run and how they are judged (sweflow.training.rl.trainer.episode_env
+    makes one on an executor)."""
 
-    spec_for: Callable[[Instance], SandboxSpec] | None  # None with ``opener``
+    open: Callable[[Instance], Sandbox]  # a fresh sandbox of the task's environment
     grade: Callable[[Instance, str], Awaitable[Any]]  # async: a RewardResult
     agent: AgentConfig
-    backend: str = "local"
-    opener: Callable[[Instance], Sandbox] | None = None  # e.g. a sandbox on a cluster node
-
-    def open(self, instance: Instance) -> Sandbox:
-        """The sandbox of one episode of ``instance``."""
-        if self.opener is not None:
-            return self.opener(instance)
-        assert self.spec_for is not None, "an EpisodeEnv needs spec_for or opener"
-        return open_sandbox(self.spec_for(instance), self.backend)
 
 
 async def run_episode(
@@ -228,10 +224,19 @@ async def _attempt(instance, env, encoder, generate, rl, name) -> Episode:
         episode.infra_failure = f"grading: {result.reason}"
         return _finish(episode, stream, began)
     episode.resolved = bool(result.resolved)
-    penalty = rl.format_error_penalty * (episode.steps - episode.valid_steps)
-    episode.reward = float(episode.resolved) - penalty
-    traj.reward = {"resolved": episode.resolved, "reward": episode.reward, "reason": result.reason}
+    episode.refused = result.apply_status if result.apply_status in REFUSALS else ""
+    episode.reward = float(episode.resolved) - shaping(rl, episode, traj.patch)
+    traj.reward = {"resolved": episode.resolved, "reward": episode.reward, "reason": result.reason,
+                   "apply_status": result.apply_status}  # fmt: skip
     return _finish(episode, stream, began)
+
+
+def shaping(rl: RLConfig, episode: Episode, patch: str) -> float:
+    """What the episode loses besides the task: the share of its replies that were no action,
+    and changing nothing (see sweflow.training.rl.config)."""
+    invalid = (episode.steps - episode.valid_steps) / max(episode.steps, 1)
+    empty = rl.empty_patch_penalty if not patch.strip() else 0.0
+    return rl.format_error_penalty * invalid + empty
 
 
 def _finish(episode: Episode, stream: TokenStream, began: float) -> Episode:

@@ -23,6 +23,8 @@ class StepRecord:
     step: int
     episodes: int | None = 0
     infra_failures: int | None = 0
+    refused: int | None = 0  # scored episodes whose patch the tamper guard refused
+    zero_spread_groups: float | None = 0.0  # share of groups whose rewards were all equal
     mean_reward: float | None = None
     resolve_rate: float | None = 0.0
     valid_action_rate: float | None = 0.0

@@ -52,9 +52,9 @@ def train(
     if not tasks:
         raise RLError("no train task has a built environment: nothing to roll out")
     trainer = rl_backend(rl.backend)
-    grader = Grader(store, load_specs(specs), backend=backend)
+    grader = Grader(store, load_specs(specs), backend=backend, tamper_guard=rl.tamper_guard)
     env = episode_env(executor or LocalExecutor(store), grader, agent, backend)
-    run = RLRun(tasks, policy, work, out, rl, env, store=store, specs=specs,
+    run = RLRun(tasks, policy, work, out, rl, env, store=store, specs=specs, backend=backend,
                 policy_name=policy_name)  # fmt: skip
     with work_lock(work):
         if (done := trainer.result(run)) is not None:
@@ -66,13 +66,11 @@ def episode_env(executor: Executor, grader: Grader, agent: AgentConfig, backend:
     """Episodes whose sandboxes and gradings run where ``executor`` runs work (this process's
     store, or the nodes of a cluster; the policy generates here either way)."""
     return EpisodeEnv(
-        spec_for=None,
+        open=lambda row: executor.open_sandbox(row.instance_id, backend),
         grade=lambda row, patch: executor.run_near(
             row.instance_id, functools.partial(grade_on, grader, row, patch)
         ),
         agent=agent,
-        backend=backend,
-        opener=lambda row: executor.open_sandbox(row.instance_id, backend),
     )
 
 

@@ -6,7 +6,8 @@ replies the policy generates in this process (sweflow.training.rl.episode), conc
 episodes, generation serialized on the model. TRL gets the episode's first prompt as
 ``prompt_ids``, everything after it as ``completion_ids`` with ``env_mask`` zero on the
 observation tokens, and the reward through a reward function; an episode the machinery failed
-has reward None, which TRL excludes from the group baseline and gives no advantage.
+has reward None, which TRL excludes from the group baseline and gives no advantage, and every
+token of it masked, so it counts in no loss normalisation either.
 
 Per step, the rollout's figures and the update's time and loss go to ``metrics.jsonl``,
 TensorBoard and ``rl.png``; checkpoints every ``checkpoint_every`` steps, and a killed run
@@ -119,15 +120,21 @@ class TRLBackend:
         return result
 
 
-def summarize(step: int, episodes: list[Episode], rollout_s: float, busy_s: float) -> StepRecord:
+def summarize(
+    step: int, episodes: list[Episode], rollout_s: float, busy_s: float, group: int
+) -> StepRecord:
     """The step's rollout figures; generation is the model's busy time, the environment the
-    rest of the rollout's wall time (sandboxes, tools, grading, on the critical path)."""
+    rest of the rollout's wall time (sandboxes, tools, grading, on the critical path). Episodes
+    come in groups of ``group`` consecutive ones (TRL repeats each prompt that many times)."""
     scored = [e for e in episodes if not e.infra_failure]
     turns = sum(e.steps for e in scored)
+    groups = [episodes[i : i + group] for i in range(0, len(episodes), group)]
     return StepRecord(
         step=step,
         episodes=len(episodes),
         infra_failures=len(episodes) - len(scored),
+        refused=sum(bool(e.refused) for e in scored),
+        zero_spread_groups=round(sum(map(_no_spread, groups)) / max(len(groups), 1), 3),
         mean_reward=sum(e.reward or 0.0 for e in scored) / len(scored) if scored else None,
         resolve_rate=sum(e.resolved for e in scored) / max(len(scored), 1),
         valid_action_rate=sum(e.valid_steps for e in scored) / max(turns, 1),
@@ -137,6 +144,18 @@ def summarize(step: int, episodes: list[Episode], rollout_s: float, busy_s: floa
         env_s=round(max(0.0, rollout_s - busy_s), 3),
         env_s_per_rollout=round(sum(e.env_s for e in scored) / max(len(scored), 1), 3),
     )
+
+
+def trained_mask(episode: Episode) -> list[int]:
+    """1 on the tokens the policy generated, 0 on the environment's; all 0 for an episode the
+    machinery failed, so it trains nothing and counts in no loss normalisation."""
+    return [0] * len(episode.response_ids) if episode.infra_failure else episode.mask
+
+
+def _no_spread(group: list[Episode]) -> bool:
+    """A group whose scored episodes all earned the same reward: GRPO learns nothing from it."""
+    rewards = {e.reward for e in group if not e.infra_failure}
+    return len(rewards) <= 1
 
 
 class LocalGenerator:
@@ -203,14 +222,18 @@ def make_rollout(
 
         episodes = asyncio.run(all_episodes())
         step = trainer.state.global_step + 1
-        records.append(summarize(step, episodes, time.perf_counter() - began, generator.busy_s))
+        records.append(summarize(step, episodes, time.perf_counter() - began, generator.busy_s,
+                                 rl.rollouts_per_task))  # fmt: skip
         save_episodes(episodes, rollouts_dir / f"step-{step:04d}")
         eos = encoder.tokenizer.eos_token_id  # stands in for an episode that failed at once
         return {
             "prompt_ids": [e.prompt_ids or [eos] for e in episodes],
             "completion_ids": [e.response_ids or [eos] for e in episodes],
             "logprobs": [e.logprobs or [0.0] for e in episodes],
-            "env_mask": [e.mask or [0] for e in episodes],
+            # a dropped episode trains nothing and counts in no normalisation: all masked
+            "env_mask": [
+                ([0] * len(e.response_ids) if e.infra_failure else e.mask) or [0] for e in episodes
+            ],  # fmt: skip
             "env_reward": [e.reward for e in episodes],
         }
 

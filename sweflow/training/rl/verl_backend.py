@@ -256,7 +256,7 @@ class VerlBackend:
         found, the only one left in its folder."""
         env = run.env
         command = prepare(run.tasks, run.policy, run.work, run.rl, store=run.store,
-                          specs=run.specs, agent=env.agent, backend=env.backend)  # fmt: skip
+                          specs=run.specs, agent=env.agent, backend=run.backend)  # fmt: skip
         began = time.monotonic()
         actor = launch(command, run.work)
         seconds = round(time.monotonic() - began, 1)
@@ -286,7 +286,8 @@ def step_record(line: dict[str, Any]) -> StepRecord:
     step_s, rollouts_s = data["timing_s/step"], data["timing_s/gen"]
     turns = data.get("num_turns/mean")  # SweflowAgentLoop's num_turns: 2 * agent steps + 1
     return StepRecord(
-        step=int(line["step"]), episodes=None, infra_failures=None,
+        step=int(line["step"]), episodes=None, infra_failures=None, refused=None,
+        zero_spread_groups=None,
         mean_reward=data.get("critic/score/mean"), resolve_rate=None, valid_action_rate=None,
         episode_turns=None if turns is None else (turns - 1) / 2, generated_tokens=None,
         generation_s=rollouts_s,  # the rollouts: generation, sandboxes and grading, overlapped

@@ -34,14 +34,14 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from verl.workers.rollout.replica import TokenOutput
 
 from sweflow.agent.config import AgentConfig
-from sweflow.envcache.builder import instance_sandbox_spec
-from sweflow.envcache.store import LayerStore
+from sweflow.cluster.local import LocalExecutor
 from sweflow.grading import Grader
 from sweflow.harness.specs import load_specs
 from sweflow.instances import Instance, load_instances
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.rl.config import RLConfig
-from sweflow.training.rl.episode import EpisodeEnv, run_episode
+from sweflow.training.rl.episode import run_episode
+from sweflow.training.rl.trainer import episode_env
 
 AGENT_NAME = "sweflow_swe"
 
@@ -55,14 +55,10 @@ class RolloutContext:
         self.tasks: dict[str, Instance] = {row.instance_id: row for row in rows}
         self.rl = RLConfig(**data["rl"])
         self.encoder = ChatEncoder(Path(data["policy"]))
-        store = LayerStore(Path(data["store"]))
-        grader = Grader(store.root, load_specs(Path(data["specs"])), backend=data["backend"])
-        self.env = EpisodeEnv(
-            spec_for=lambda row: instance_sandbox_spec(store, row.instance_id),
-            grade=grader.areward,
-            agent=AgentConfig(**data["agent"]),
-            backend=data["backend"],
-        )
+        store, backend = Path(data["store"]), data["backend"]
+        grader = Grader(store, load_specs(Path(data["specs"])), backend=backend,
+                        tamper_guard=self.rl.tamper_guard)  # fmt: skip
+        self.env = episode_env(LocalExecutor(store), grader, AgentConfig(**data["agent"]), backend)
 
 
 @cache
