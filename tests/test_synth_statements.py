@@ -1,13 +1,19 @@
 """Problem statements as a user writes a bug report: the failing tests with their messages and a
-reproduction to paste, never naming where the bug is (pure Python)."""
+reproduction to paste, never naming where the bug is (pure Python; the demo set's statements
+are checked against their gold patches)."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+from unidiff import PatchSet
+
+from sweflow.instances import load_instances
 from sweflow.synth.reproduction import standalone
 from sweflow.synth.tasks import Bug, problem_statement
 
+DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
 TESTS = """\
 import pytest
 from pkg.core import window
@@ -90,3 +96,20 @@ def test_the_statement_quotes_failures_and_pastes_the_first_test_that_stands_alo
     assert not re.search(r"(?<![\w.-])core\.py|line 42", text)
     without = problem_statement("acme/widget", _bug(failing[:3], {}), {})
     assert "```" not in without and "To reproduce" not in without
+
+
+def test_demo_statements_never_say_where_the_bug_is() -> None:
+    rows = load_instances(DEMO).raise_for_errors()
+    reproduced = 0
+    for row in rows:
+        text = row.problem_statement
+        assert "Traceback" not in text, row.instance_id
+        for patched in PatchSet(row.patch):
+            tail = re.escape(patched.path.rsplit("/", 1)[-1])  # parse.py, or .../itertoolz.py
+            assert not re.search(rf"(?<![\w.-]){tail}(?![\w-])", text), row.instance_id
+            for hunk in patched:
+                for line in range(hunk.source_start, hunk.source_start + hunk.source_length):
+                    assert not re.search(rf"\bline {line}\b|\.py:{line}\b", text), row.instance_id
+        assert row.FAIL_TO_PASS[0] in text
+        reproduced += "```python\n" in text
+    assert reproduced >= len(rows) // 2, reproduced  # cachetools' tests are all in classes
