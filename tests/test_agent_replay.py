@@ -1,6 +1,7 @@
 """The replay teacher on a real sandbox: an edit whose text is not unique in its file is widened
 with the lines the replay's view showed, and a gold patch that cannot be read is refused up front.
-(Replays of real rows in both tool modes: tests/test_agent_collect.py.)"""
+(Replays of real rows in both tool modes: tests/test_agent_collect.py.) And the imitability check
+that holds each step of a run to what the run had seen before it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from sweflow.agent import AgentConfig, run_agent
+from sweflow.agent.imitable import imitability
 from sweflow.agent.replay import ReplayModel, quiet, replay_clients, replay_test_command
+from sweflow.agent.trajectory import ActionRecord, StepRecord
 from sweflow.instances import Instance
 
 BLOCK = (
@@ -65,6 +68,41 @@ def test_an_edit_that_is_not_unique_is_widened(sandbox_spec, open_local, twin_la
     assert traj.patch == patch
     test_step = traj.steps[-2].actions[0]
     assert test_step.tool == "bash" and test_step.observation.strip() == "6"
+
+
+def test_imitability_holds_each_step_to_what_was_seen_before_it() -> None:
+    issue = (
+        "- `tests/test_parse.py::test_precision`: ValueError: format spec '7f' not recognised\n"
+        "```python\nimport parse\nparse.parse('{:7f}', '1')\n```\n"
+    )
+    hit = "./parse.py:400:        raise ValueError('format spec %r not recognised' % format)\n"
+
+    def act(command: str, observation: str = "", **args: object) -> ActionRecord:
+        if command.startswith(("view", "str_replace")):
+            return ActionRecord(tool="str_replace_editor", args={"command": command, **args},
+                                observation=observation)  # fmt: skip
+        return ActionRecord(tool="bash", args={"command": command}, observation=observation)
+
+    steps = [
+        act("view", path="/testbed/parse.py"),  # the oracle's first step: only test_parse.py named
+        act("python - <<'EOF'\nimport parse\nparse.parse('{:7f}', '1')\nEOF", "ValueError"),
+        act("grep -rnF 'not recognised' --include='*.py' .", hit),
+        act(r"grep -rnE '(def|class) compile\b' --include='*.py' ."),  # compile: seen nowhere
+        act("view", path="/testbed/parse.py", view_range=[390, 410]),  # the hit named it
+        act("python -m pytest -q tests/test_other.py"),  # a file nothing named
+        act("python -m pytest -q"),  # names no file: not checked
+        ActionRecord(tool="submit"),
+    ]
+    result = imitability(issue, [StepRecord(index=i, actions=[a]) for i, a in enumerate(steps)],
+                         "/testbed")  # fmt: skip
+    assert (result.checked, result.grounded) == (6, 3)
+    assert result.ungrounded == [
+        "step 0: view parse.py: not named before",
+        "step 3: searches for 'compile': seen nowhere before",
+        "step 5: runs with tests/test_other.py: not named before",
+    ]
+    together = StepRecord(index=0, actions=[steps[2], steps[4]])  # chosen before either answer
+    assert imitability(issue, [together], "/testbed").grounded == 1
 
 
 def test_rows_whose_gold_patch_cannot_be_read_are_named_and_skipped() -> None:

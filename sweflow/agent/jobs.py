@@ -37,6 +37,9 @@ class JobSummary:
     steps: int = 0
     valid_steps: int = 0  # replies that parsed into an action
     exit_statuses: dict[str, int] = field(default_factory=dict)
+    # of the kept runs' actions that open, edit, run or search the repository, the share that
+    # rests on what the run had seen (sweflow.agent.imitable); None when nothing is kept
+    imitable_fraction: float | None = None
     outputs: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -67,10 +70,21 @@ async def collect(rows: list[Instance], batch: Batch | ExecutorBatch) -> JobSumm
     kept = [t for t in trajectories if t.resolved]
     summary = JobSummary.of(trajectories)
     summary.kept = len(kept)
+    summary.imitable_fraction = imitable_fraction(kept)
     paths = write_sft(kept, batch.out_dir)
     summary.outputs = {style: str(path) for style, path in paths.items()}
     summary.outputs["summary"] = str(summary.save(batch.out_dir / "summary.json"))
     return summary
+
+
+def imitable_fraction(trajectories: list[Trajectory]) -> float | None:
+    """The share of grounded actions among the checked ones of ``trajectories`` (those that
+    were checked: a run saved before the check existed has no figure); None without any."""
+    checks = [t.imitable for t in trajectories if t.imitable is not None]
+    if not checks:
+        return None
+    checked = sum(c.checked for c in checks)
+    return round(sum(c.grounded for c in checks) / checked, 4) if checked else 1.0
 
 
 async def infer(rows: list[Instance], batch: Batch | ExecutorBatch, model_name: str) -> JobSummary:

@@ -15,6 +15,7 @@ from typing import Any
 from sweflow.agent.actions import Action, FormatError, from_text, from_tool_calls, thought_of
 from sweflow.agent.client import ChatModel, ContextLengthError, ModelError
 from sweflow.agent.config import AgentConfig
+from sweflow.agent.imitable import imitability
 from sweflow.agent.templates import render, text_instructions, tools_instructions
 from sweflow.agent.tools import TOOL_SPECS, TOOLS, TOOLS_BY_NAME, ToolContext
 from sweflow.agent.trajectory import (
@@ -121,6 +122,7 @@ class AgentRun:
             traj.exit_status = SANDBOX_ERROR
             traj.error = traj.error or f"diff failed: {exc}"
         traj.wall_s = time.perf_counter() - self.started
+        traj.imitable = imitability(self.instance.problem_statement, traj.steps, self.workdir)
         return traj
 
     async def _loop(self) -> str:

@@ -150,6 +150,12 @@ def print_summary(title: str, summary: JobSummary) -> None:
     console.print(table)
     statuses = ", ".join(f"{k}: {v}" for k, v in summary.exit_statuses.items())
     console.print(f"exit statuses: {statuses}", highlight=False)
+    if summary.imitable_fraction is not None:
+        console.print(
+            f"imitable fraction of the kept runs: {summary.imitable_fraction:.3f} (their steps "
+            "that open, edit, run or search files resting on what they had seen)",
+            highlight=False,
+        )
     for name, path in summary.outputs.items():
         console.print(f"{name}: {path}", highlight=False)
 

@@ -150,6 +150,7 @@ def _trajectory_rows(out_dir: Path) -> list[dict]:
             "resolved": traj.resolved,
             "steps": len(traj.steps),
             "tokens": traj.prompt_tokens + traj.completion_tokens,
+            "imitable": round(traj.imitable.fraction, 3) if traj.imitable else None,
         }
         for traj in map(Trajectory.load, sorted((out_dir / "trajectories").glob("*/run-*.json")))
     ]
@@ -176,8 +177,18 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
         {"tasks": summary.tasks, "runs": summary.runs, "resolved": summary.resolved,
          "kept": summary.kept, "tokens": summary.prompt_tokens + summary.completion_tokens},
         _trajectory_rows(out),
-        where,
+        "\n\n".join(filter(None, [_teacher_markdown(summary), where])),
     )  # fmt: skip
+
+
+def _teacher_markdown(summary: JobSummary) -> str:
+    """The kept runs' imitable fraction."""
+    if summary.imitable_fraction is None:
+        return ""
+    return (
+        f"Imitable fraction of the kept runs: {summary.imitable_fraction:.3f} (their "
+        "actions that open, edit, run or search files resting on what they had seen)."
+    )
 
 
 def infer(ctx: StageContext) -> StageResult:
