@@ -9,6 +9,7 @@ from pathlib import Path
 
 from unidiff import PatchSet
 
+from sweflow.agent.clues import reproduction
 from sweflow.instances import load_instances
 from sweflow.synth.reproduction import standalone
 from sweflow.synth.tasks import Bug, problem_statement
@@ -92,7 +93,7 @@ def test_the_statement_quotes_failures_and_pastes_the_first_test_that_stands_alo
     assert "- `tests/test_core.py::test_parametrized[1]`\n" in text  # and this one the line
     assert "test_1`" in text and "test_2`" not in text and "... and 2 more" in text
     assert "it is `tests/test_core.py::test_standalone` on its own" in text
-    assert f"```python\n{standalone(TESTS, 'test_standalone')}```\n" in text
+    assert reproduction(text) == standalone(TESTS, "test_standalone")  # what the teacher runs
     assert not re.search(r"(?<![\w.-])core\.py|line 42", text)
     without = problem_statement("acme/widget", _bug(failing[:3], {}), {})
     assert "```" not in without and "To reproduce" not in without

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from sweflow.agent.batch import Batch
 from sweflow.agent.config import ToolMode
 from sweflow.agent.export import write_predictions, write_sft
-from sweflow.agent.trajectory import Trajectory
+from sweflow.agent.trajectory import DECLINED, Trajectory
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 
@@ -40,6 +40,7 @@ class JobSummary:
     # of the kept runs' actions that open, edit, run or search the repository, the share that
     # rests on what the run had seen (sweflow.agent.imitable); None when nothing is kept
     imitable_fraction: float | None = None
+    skipped: dict[str, str] = field(default_factory=dict)  # task -> why the teacher declined it
     outputs: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -55,6 +56,7 @@ class JobSummary:
             steps=sum(len(t.steps) for t in trajectories),
             valid_steps=sum(not s.format_error for t in trajectories for s in t.steps),
             exit_statuses=dict(Counter(t.exit_status for t in trajectories).most_common()),
+            skipped={t.instance_id: t.error for t in trajectories if t.exit_status == DECLINED},
         )
 
     def save(self, path: Path) -> Path:
@@ -110,9 +112,10 @@ def replay_collect(
     backend: str = "local",
     max_open_sandboxes: int = 4,
 ) -> JobSummary:
-    """``collect`` with the replay teacher on built rows: each gold patch played through the
-    agent's tools and graded (golden trajectories without a model). Rows that cannot be replayed
-    raise, naming them."""
+    """``collect`` with the replay teacher on built rows: each gold patch reached and made
+    through the agent's tools and graded (golden trajectories without a model). Rows whose gold
+    patch cannot be read raise, naming them; rows the teacher declines (no clue leads to a place
+    the patch changes) are in the summary's ``skipped``, with why."""
     from sweflow.agent.batch import grade_with
     from sweflow.agent.config import AgentConfig
     from sweflow.agent.replay import ReplayError, replay_clients

@@ -22,6 +22,7 @@ CONTEXT_LIMIT = "context_limit"
 FORMAT_ERROR = "format_error"
 MODEL_ERROR = "model_error"
 SANDBOX_ERROR = "sandbox_error"
+DECLINED = "declined"  # a teacher saw no way to do the task that a student could follow
 INFRA_FAILURES = frozenset({MODEL_ERROR, SANDBOX_ERROR})
 
 
