@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import json
 import tarfile
 from pathlib import Path
 
 import libcst as cst
 import pytest
+from pydantic import ValidationError
 
 from sweflow.synth.candidates import Baseline, Candidate, enumerate_candidates, judge, source_files
 from sweflow.synth.config import SynthConfig, SynthConfigError, load_config
@@ -175,3 +177,23 @@ def test_recipe_errors_name_the_file_and_field(tmp_path: Path) -> None:
     config = load_config(recipe, seed=7)
     assert isinstance(config, SynthConfig) and config.out == (tmp_path / "d" / "x.jsonl").resolve()
     assert config.seed == 7
+
+
+def test_a_recipe_split_is_checked_and_written_beside_the_dataset(tmp_path: Path) -> None:
+    from sweflow.pipeline.sections import SplitSection
+    from sweflow.synth.synthesize import Synthesizer
+
+    sources = [{"source": "pypi:a==1"}, {"source": "pypi:B_c==2"}]
+    base = {"out": str(tmp_path / "d" / "tasks.jsonl"), "sources": sources}
+    with pytest.raises(ValidationError, match=r"no source gives: \['pypi/toolz'\]"):
+        SynthConfig(**base, split={"eval": ["pypi/toolz"]})
+    with pytest.raises(ValidationError, match="every source"):
+        SynthConfig(**base, split={"eval": ["pypi/a", "pypi/b-c"]})
+    config = SynthConfig(**base, split={"eval": ["pypi/b-c"]})
+    Synthesizer(config, tmp_path / "work")._write_dataset([], {}, [])
+    written = json.loads((tmp_path / "d" / "split.json").read_text())
+    assert written == {"by": "repo", "eval": ["pypi/b-c"]}
+    assert SplitSection(**written).eval == ["pypi/b-c"]  # the pipeline's split reads it as it is
+    plain = SynthConfig(**{**base, "out": str(tmp_path / "e" / "tasks.jsonl")})
+    Synthesizer(plain, tmp_path / "w2")._write_dataset([], {}, [])
+    assert not (tmp_path / "e" / "split.json").exists()

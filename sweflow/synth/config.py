@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sweflow.configfile import read_yaml_mapping, validate_model
 from sweflow.errors import SweflowError
 from sweflow.harness.specs import EnvSpec
 from sweflow.synth.operators import OPERATORS
+from sweflow.synth.sources import SourceError, parse_source
 
 # The environment of a pure-Python project tested with pytest, pinned so that builds repeat
 # (the wheels are what scripts/prefetch.py puts in the offline wheelhouse).
@@ -47,6 +48,16 @@ class SourceConfig(BaseModel):
         return EnvSpec(**{**DEFAULT_SPEC, **self.spec})
 
 
+class SplitConfig(BaseModel):
+    """Which repositories a learning set holds out: written as ``split.json`` beside the
+    dataset, in the pipeline's ``split`` form (``{"by": "repo", "eval": [...]}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Literal["repo"] = "repo"
+    eval: list[str] = Field(min_length=1, description='held-out repos ("owner/name")')
+
+
 class SynthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -62,6 +73,7 @@ class SynthConfig(BaseModel):
     )
     timeout_factor: float = Field(5.0, gt=1, description="candidate timeout / clean suite time")
     final_check: bool = Field(True, description="build and validate the emitted tasks")
+    split: SplitConfig | None = Field(None, description="held-out repos, written to split.json")
 
     @field_validator("operators")
     @classmethod
@@ -70,6 +82,24 @@ class SynthConfig(BaseModel):
         if unknown:
             raise ValueError(f"unknown operator(s) {unknown}; known: {', '.join(OPERATORS)}")
         return names
+
+    @model_validator(mode="after")
+    def _held_out_are_sources(self) -> SynthConfig:
+        if self.split is not None:
+            repos = {s.repo or parse_source_repo(s.source) for s in self.sources}
+            if unknown := sorted(set(self.split.eval) - repos):
+                raise ValueError(f"split.eval names repos no source gives: {unknown}")
+            if not repos - set(self.split.eval):
+                raise ValueError("split.eval holds out every source: nothing is left to train")
+        return self
+
+
+def parse_source_repo(text: str) -> str:
+    """The dataset repo a source gives by default (``pypi/NAME``, ``local/FOLDER``)."""
+    try:
+        return parse_source(text).repo
+    except SourceError:
+        return text  # a missing local path: the run names it when it gets there
 
 
 def load_config(path: Path, **overrides: Any) -> SynthConfig:

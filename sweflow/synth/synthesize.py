@@ -8,7 +8,8 @@ folder, so an interrupted run resumes where it stopped. Emitted tasks are built 
 the way ``sweflow env validate`` does (``final_check``) before they are written.
 
 The dataset folder gets ``<out>.jsonl``, ``specs.yaml`` (the environment specs travel with the
-data), ``repos/<owner>__<name>.bundle`` (the commits the tasks name) and a report.
+data), ``repos/<owner>__<name>.bundle`` (the commits the tasks name), a report and, when the
+recipe has a ``split``, ``split.json`` (the held-out repos).
 """
 
 from __future__ import annotations
@@ -298,6 +299,9 @@ class Synthesizer:
         specs_path.write_text(header + yaml.safe_dump(data, sort_keys=True))
         report_path = out.with_suffix(".report.json")
         report_path.write_text(json.dumps([_report_json(r) for r in reports], indent=2) + "\n")
+        if self.config.split is not None:  # the held-out repos, as the pipeline's split reads them
+            split = self.config.split.model_dump()
+            (out.parent / "split.json").write_text(json.dumps(split, indent=1) + "\n")
 
 
 def _report_json(report: SourceReport) -> dict:
