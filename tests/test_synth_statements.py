@@ -99,6 +99,21 @@ def test_the_statement_quotes_failures_and_pastes_the_first_test_that_stands_alo
     assert "```" not in without and "To reproduce" not in without
 
 
+def test_addresses_are_spelled_one_way_even_where_pytest_cut_the_repr_short() -> None:
+    """A repr shortened in the middle ends with an address whose 0x is gone: two runs of the
+    same bug must still give the same statement."""
+    test = "tests/test_core.py::test_x"
+    texts = {
+        problem_statement("acme/widget", _bug([test], {test: message}), {})
+        for message in (
+            "assert [(<test_itert...__no__pad__')] == [(<test_itert...fd60a4c0250>)]",
+            "assert [(<test_itert...__no__pad__')] == [(<test_itert...f86e541b890>)]",
+        )
+    }
+    assert len(texts) == 1, texts
+    assert "[(<test_itert...0x...>)]" in texts.pop()
+
+
 def test_demo_statements_never_say_where_the_bug_is() -> None:
     rows = load_instances(DEMO).raise_for_errors()
     reproduced = 0

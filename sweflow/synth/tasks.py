@@ -24,7 +24,9 @@ from sweflow.synth.sources import SourceRepo, git
 ACTIVATE = ". /opt/sweflow/venv/bin/activate"  # the environment builder's venv
 STATEMENT_TESTS = 5  # failing tests quoted in a problem statement
 # Object addresses in failure messages differ between runs: one spelling keeps datasets identical.
-_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{4,}\b")
+# pytest shortens a long repr in the middle, so an address can also end one with its 0x cut off
+# ("[(<test_itert...fd60a4c0250>)]").
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{4,}\b|(?<=\.\.\.)[0-9a-fA-F]{4,}(?=>)")
 
 
 @dataclass(frozen=True)
