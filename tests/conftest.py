@@ -253,6 +253,7 @@ def sweflow_serve(model: Path, name: str, log_dir: Path):
     log = log_dir / f"serve-{name}.out"
     argv = [sys.executable, "-m", "sweflow.cli", "serve", "--model", str(model)]
     argv += ["--port", str(port), "--served-name", name, "--max-model-len", "4096"]
+    argv += ["--vllm-arg=--trust-request-chat-template"]  # /tokenize with a test template
     with log.open("w") as out:
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "400"}
