@@ -116,7 +116,6 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     overfit: dict = {"tasks": [r.instance_id for r in chosen], "steps": plan.rl_steps,
                      "samples_per_task": plan.overfit_samples,
                      "resolve_before": before}  # fmt: skip
-    rl_model = Path(sft.model)
     if chosen:
         progress(f"GRPO: {plan.rl_steps} steps on {len(chosen)} task(s) the SFT model "
                  "resolves sometimes")  # fmt: skip
@@ -126,12 +125,15 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
         rl_model = Path(rl.model)
         first, last = rl.quarter_rewards()
         overfit.update(reward_first_quarter=first, reward_last_quarter=last, curves=rl.curves)
-    with served_model(rl_model, out / "rl", progress) as model:
-        heldout["rl"] = agent_runs(model, data, eval_rows, out / "rl" / "heldout", plan)
-        if chosen:
+    if chosen:
+        with served_model(rl_model, out / "rl", progress) as model:
+            heldout["rl"] = agent_runs(model, data, eval_rows, out / "rl" / "heldout", plan)
             samples = agent_runs(model, data, chosen, out / "rl" / "overfit", plan,
                                  rollouts=plan.overfit_samples, temperature=1.0)  # fmt: skip
             overfit["resolve_after"] = _mean(resolve_rates(samples["trajectories"]).values())
+    else:  # no RL ran: the SFT+RL model is the SFT model
+        heldout["rl"] = heldout["sft"]
+        overfit["note"] = "no train task is resolved sometimes by the SFT model: RL did not run"
     report["heldout"] = {name: figures["rates"] for name, figures in heldout.items()}
     report["rl_overfit"] = {"resolve_after": None, **overfit}
     report["minutes"] = round((time.monotonic() - began) / 60, 1)
