@@ -92,7 +92,7 @@ def test_sft_trains_the_run_model_and_infer_would_serve_it(config, results) -> N
     model = Path(sft["outputs"]["model"])
     assert (model / "config.json").is_file() and Path(sft["outputs"]["loss_plot"]).is_file()
     kept = results["collect_trajectories"]["counts"]["kept"]
-    assert sft["counts"]["examples"] == kept and sft["counts"]["steps"] == 2
+    assert sft["counts"]["examples"] >= kept and sft["counts"]["steps"] == 2  # windows, when split
     assert [row["step"] for row in sft["rows"]] == [1, 2]
     assert "torchtune's `full_finetune_single_device`" in sft["markdown"]
     assert newest_model({"sft": sft}) == model and newest_model({}) is None

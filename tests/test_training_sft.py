@@ -157,6 +157,33 @@ def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(
     assert trained.endswith(f"{replies[-1]}<|im_end|>")
 
 
+def test_an_overlong_conversation_is_split_into_windows_that_train_every_turn_once(
+    tiny_smollm2, sft_jsonl, tmp_path
+):
+    """The default: windows that keep the start and as much earlier context as fits, every
+    assistant turn trained once, the localisation turns as well as the fix."""
+    record = max(map(json.loads, sft_jsonl.read_text().splitlines()),
+                 key=lambda r: len(r["messages"]))  # fmt: skip
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps(record) + "\n")
+    encoder = ChatEncoder(tiny_smollm2)
+    whole = encoder.encode(record["messages"])
+    limit = len(whole.tokens) * 2 // 3
+    _, _, report = sft_data.prepare(data, encoder, tmp_path / "out", max_seq_len=limit,
+                                    overlength="split")  # fmt: skip
+    rows = sft_data.load_examples(tmp_path / "out" / "train.jsonl")
+    assert report.split == 1 and len(rows) >= 2 and report.examples == len(rows)
+    head = encoder.render(record["messages"][:2], None, prompt=False)
+    trained = ""
+    for row in rows:
+        assert len(row.tokens) <= limit
+        assert encoder.tokenizer.decode(row.tokens).startswith(head)
+        kept = [t for t, label in zip(row.tokens, row.labels, strict=True) if label != IGNORE]
+        trained += encoder.tokenizer.decode(kept)
+    replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+    assert trained == "".join(f"{reply}<|im_end|>" for reply in replies)
+
+
 def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):
     empty = tmp_path / "sft.jsonl"
     empty.write_text("")
