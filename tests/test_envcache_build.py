@@ -168,7 +168,12 @@ def test_cli_build_validate_and_gc(mirror: Path, wheelhouse: Path, tmp_path: Pat
     result = runner.invoke(app, ["env", "gc", "--store", str(store)])
     assert result.exit_code == 0, result.output
     assert LayerStore(store).has_instance(first)  # gc keeps what manifests reference
-    gc(LayerStore(store), keep_instances=set())  # drop everything: images are unmounted
+    other = tmp_path / "other.jsonl"  # a dataset without the instance: validated just now, kept
+    other.write_text(instances[1].model_dump_json() + "\n")
+    result = runner.invoke(app, ["env", "gc", "--store", str(store), "-d", str(other)])
+    assert result.exit_code == 0, result.output
+    assert f"kept manifest {first}: in use" in result.stdout and "run gc again" in result.stdout
+    gc(LayerStore(store), keep_instances=set(), grace_s=0)  # drop all: images are unmounted
     with open("/proc/self/mountinfo") as f:
         assert str(store) not in f.read()
 
