@@ -7,8 +7,10 @@ instances between their uses and must keep them while they are used. No mocks.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -122,3 +124,31 @@ def test_evals_shells_and_builds_while_gc_loops(data: GradingData, tmp_path: Pat
     assert verdicts(busy) == verdicts(quiet)
     assert set(seen) == alone, sorted(set(seen) - alone)
     assert not data.builder.store.has_instance(used[0].instance_id)  # dropped once unused
+
+
+def test_an_environment_removed_under_a_grading_is_no_verdict(
+    data: GradingData, tmp_path: Path
+) -> None:
+    """Layers deleted behind the store's back (by hand, a broken disk) while the tests run: an
+    infrastructure failure, and no report.json that a re-run would take as the verdict."""
+    instance = data.instances[0]
+    assert data.builder.build_one(instance).status != "error"
+    grader = Grader(data.store, data.specs)
+    slow = instance.model_copy(update={"eval_script": "sleep 4\n" + grader.eval_script(instance)})
+    manifest = data.builder.store.read_manifest(instance.instance_id)
+    layer = data.builder.store.layers / manifest.layers[-1].digest
+    out = tmp_path / "call"
+
+    def remove_once_the_tests_run() -> None:
+        deadline = time.monotonic() + 60
+        while not (out / "eval.sh").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        shutil.rmtree(layer)
+
+    remover = threading.Thread(target=remove_once_the_tests_run)
+    remover.start()
+    result = grader.reward(slow, instance.patch, log_dir=out)
+    remover.join()
+    assert result.infrastructure and result.apply_status == "error", result
+    assert "removed while it was graded" in result.reason
+    assert not (out / "report.json").exists()
