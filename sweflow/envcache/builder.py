@@ -33,6 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from sweflow.envcache import leases, pypi_cutoff
+from sweflow.envcache.freshness import build_record, stale
 from sweflow.envcache.images.importer import find_image, import_base, import_image
 from sweflow.envcache.instance_spec import WORKDIR, instance_sandbox_spec
 from sweflow.envcache.pipsettings import host_pip_settings
@@ -45,7 +46,7 @@ from sweflow.envcache.validate import Prepared
 from sweflow.errors import SweflowError
 from sweflow.harness import internet
 from sweflow.harness.evalscript import make_eval_script
-from sweflow.harness.specs import EnvSpec, SpecTable
+from sweflow.harness.specs import EnvSpec, SpecError, SpecTable
 from sweflow.instances import Instance
 from sweflow.paths import rootfs_cache
 from sweflow.sandbox import Bind, Limits, SandboxSpec, open_sandbox
@@ -245,16 +246,16 @@ class EnvBuilder:
 
     # -- one instance -----------------------------------------------------------------------
     def build_one(self, instance: Instance) -> BuildResult:
-        """Build one instance's layers unless the store has them (one failure never raises).
-        Either way the instance is leased, so that a gc keeps it for whoever uses it next
-        (``LEASE_GRACE_S``)."""
+        """Build one instance's layers unless the store has them as its row and spec would
+        build them (one failure never raises). Either way the instance is leased, so that a
+        gc keeps it for whoever uses it next (``LEASE_GRACE_S``)."""
         iid = instance.instance_id
         log = self.log_path(iid)
         start = time.monotonic()
         try:
             with self.store.hold():
                 manifest = self.store.read_manifest(iid)
-                why = None if self.store.has_instance(iid) else "not in the store"
+                why = self._why_build(instance, manifest)
                 if manifest is not None and why is None:
                     leases.take(self.store, manifest)
             if manifest is None or why is not None:
@@ -278,6 +279,18 @@ class EnvBuilder:
         layers = [layer.digest for layer in manifest.layers]
         return BuildResult(iid, status, seconds, log_path=str(log), layers=layers)
 
+    def _why_build(self, instance: Instance, manifest: Manifest | None) -> str | None:
+        """Why the instance must be built: not stored, or stored from other inputs than its row
+        and spec give now (``freshness``); None when the stored one is what a build would make."""
+        if manifest is None or not all(self.store.has_layer(lay.digest) for lay in manifest.layers):
+            return "not in the store"
+        try:
+            image_row = bool(self.options.images and instance.image)
+            spec = None if image_row else self.specs.get(instance.repo, instance.version or "")
+        except SpecError as exc:  # the build says so too, as its error
+            return str(exc)
+        return stale(manifest, build_record(instance, spec))
+
     def _build_layers(self, instance: Instance, log: Path) -> Manifest:
         iid = instance.instance_id
         if self.options.images and instance.image:
@@ -292,10 +305,7 @@ class EnvBuilder:
                 "workdir": WORKDIR,
                 "env": env,
                 "python": runtime.python,
-                "repo": instance.repo,
-                "version": instance.version,
-                "base_commit": instance.base_commit,
-                "spec_digest": spec.env_digest(),
+                **build_record(instance, spec),
             },
         )
 
@@ -316,10 +326,7 @@ class EnvBuilder:
                 "workdir": imported.workdir if imported.workdir != "/" else WORKDIR,
                 "env": imported.env,
                 "activate": activation_of(imported.layers),
-                "image": instance.image,
-                "repo": instance.repo,
-                "version": instance.version,
-                "base_commit": instance.base_commit,
+                **build_record(instance, None),
             },
         )
 
@@ -507,7 +514,8 @@ class EnvBuilder:
         needed = [
             i
             for i in instances
-            if not self.store.has_instance(i.instance_id) and not (self.options.images and i.image)
+            if not (self.options.images and i.image)
+            and self._why_build(i, self.store.read_manifest(i.instance_id)) is not None
         ]
         missing = self.check_sources(needed)
         return {
