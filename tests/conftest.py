@@ -70,6 +70,16 @@ def tree_snapshot(root: Path, contents: bool = True) -> dict[str, tuple]:
     return snap
 
 
+def hand_upper(store, files: dict[str, bytes]) -> Path:
+    """An upper of the LayerStore ``store`` holding ``files`` (relative path -> bytes), made by
+    hand: a layer to commit without running a sandbox."""
+    upper = store.new_upper()
+    for name, data in files.items():
+        (upper / name).parent.mkdir(parents=True, exist_ok=True)
+        (upper / name).write_bytes(data)
+    return upper
+
+
 # -- local sandbox helpers (tests/test_sandbox_{local,security,soak}.py) -----------------------
 
 

@@ -79,6 +79,12 @@ class SandboxSpec(BaseModel):
         None, description="with upper='disk': where the writable layer lives (kept after close)"
     )
     repo_base: str = Field("HEAD", description="git revision that diff() compares the workdir to")
+    leases: list[Path] = Field(
+        default_factory=list,
+        description="lease files the sandbox holds (a shared flock) from before it reads a "
+        "layer until it closes: a layer store's gc keeps the layers they name (see "
+        "sweflow.sandbox.leases)",
+    )
     template: str | None = Field(
         None,
         description="cloud backends (e2b): the template holding these layers; default: the "
