@@ -132,18 +132,22 @@ def test_bad_lines_are_named_and_overlength_is_counted(tiny_smollm2, sft_jsonl, 
                          overlength="skip")  # fmt: skip
 
 
-def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(
-    tiny_smollm2, sft_jsonl, tmp_path
-):
-    """Cut to fit, a trajectory keeps its system and task messages and its latest turns (the
-    edit, the check, the submit), not its first turns."""
+@pytest.fixture
+def longest(tiny_smollm2, sft_jsonl, tmp_path):
+    """The longest replay alone in a data file: (its record, the file, an encoder, its tokens)."""
     record = max(map(json.loads, sft_jsonl.read_text().splitlines()),
                  key=lambda r: len(r["messages"]))  # fmt: skip
     data = tmp_path / "sft.jsonl"
     data.write_text(json.dumps(record) + "\n")
     encoder = ChatEncoder(tiny_smollm2)
-    whole = encoder.encode(record["messages"])
-    limit = len(whole.tokens) - 40
+    return record, data, encoder, len(encoder.encode(record["messages"]).tokens)
+
+
+def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(longest, tmp_path):
+    """Cut to fit, a trajectory keeps its system and task messages and its latest turns (the
+    edit, the check, the submit), not its first turns."""
+    record, data, encoder, length = longest
+    limit = length - 40
     _, _, report = sft_data.prepare(data, encoder, tmp_path / "out", max_seq_len=limit,
                                     overlength="truncate")  # fmt: skip
     assert report.truncated == 1
@@ -159,17 +163,12 @@ def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(
 
 
 def test_an_overlong_conversation_is_split_into_windows_that_train_every_turn_once(
-    tiny_smollm2, sft_jsonl, tmp_path
+    longest, tmp_path
 ):
     """The default: windows that keep the start and as much earlier context as fits, every
     assistant turn trained once, the localisation turns as well as the fix."""
-    record = max(map(json.loads, sft_jsonl.read_text().splitlines()),
-                 key=lambda r: len(r["messages"]))  # fmt: skip
-    data = tmp_path / "sft.jsonl"
-    data.write_text(json.dumps(record) + "\n")
-    encoder = ChatEncoder(tiny_smollm2)
-    whole = encoder.encode(record["messages"])
-    limit = len(whole.tokens) * 2 // 3
+    record, data, encoder, length = longest
+    limit = length * 2 // 3
     _, _, report = sft_data.prepare(data, encoder, tmp_path / "out", max_seq_len=limit,
                                     overlength="split")  # fmt: skip
     rows = sft_data.load_examples(tmp_path / "out" / "train.jsonl")
