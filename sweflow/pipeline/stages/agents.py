@@ -174,11 +174,12 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
         "collect_trajectories",
         file_digest(sft),
         summary.outputs,
-        {"tasks": summary.tasks, "runs": summary.runs, "resolved": summary.resolved,
+        {"tasks": summary.tasks, "runs": summary.runs, "submitted": summary.submitted,
+         "resolved": summary.resolved,
          "kept": summary.kept, "skipped": len(summary.skipped),
          "tokens": summary.prompt_tokens + summary.completion_tokens},
         _trajectory_rows(out),
-        "\n\n".join(filter(None, [_teacher_markdown(summary), where])),
+        "\n\n".join(filter(None, [where, _teacher_markdown(summary)])),
     )  # fmt: skip
 
 
