@@ -16,6 +16,7 @@ from sweflow.cli.common import (
     RayOption,
     cli_executor,
     console,
+    folder_or_new,
     option_group,
     positive,
 )
@@ -38,7 +39,9 @@ if TYPE_CHECKING:
 ModelUrlOption = typer.Option(None, "--model-url", help="OpenAI-compatible base URL (…/v1).")
 ModelOption = typer.Option(None, "--model", "-m", help="Model name at that endpoint.")
 ApiKeyOption = typer.Option("EMPTY", "--api-key", envvar="OPENAI_API_KEY", help="API key.")
-OutOption = typer.Option(..., "--out", "-o", help="Output folder (re-running resumes it).")
+OutOption = typer.Option(
+    ..., "--out", "-o", help="Output folder (re-running resumes it).", callback=folder_or_new
+)
 AgentConfigOption = typer.Option(
     None, "--agent-config", help="YAML of AgentConfig (prompts, limits); flags override it."
 )

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from sweflow.errors import SweflowError
+from sweflow.paths import name_problem
 from sweflow.sandbox.backends import DEFAULT_BACKEND, backends_help, check_backend_name
 
 if TYPE_CHECKING:
@@ -141,6 +142,13 @@ def positive(value: float | None) -> float | None:
     (a timeout of 0 never means "no limit" here)."""
     if value is not None and value <= 0:
         raise typer.BadParameter(f"must be greater than 0, got {value}")
+    return value
+
+
+def path_name(value: str | None) -> str | None:
+    """A name option that becomes a folder or file name (a run id): one path component."""
+    if value is not None and (problem := name_problem(value)) is not None:
+        raise typer.BadParameter(problem)
     return value
 
 

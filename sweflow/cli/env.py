@@ -18,6 +18,7 @@ from sweflow.cli.common import (
     console,
     folder_or_new,
     option_group,
+    path_name,
     positive,
 )
 from sweflow.errors import SweflowError
@@ -235,7 +236,10 @@ def env_validate(
     data: DatasetArgs,
     out: Path = typer.Option(..., "--out", help="Where the validated dataset (JSONL) goes."),
     report: Path = typer.Option(
-        ..., "--report", help="Folder for validation.json and validation.md."
+        ...,
+        "--report",
+        help="Folder for validation.json and validation.md.",
+        callback=folder_or_new,
     ),
     runs: int = typer.Option(
         1, "--runs", help="Runs each way; more flag flaky tests.", callback=positive
@@ -283,7 +287,7 @@ def env_validate(
 
 @env_app.command("shell")
 def env_shell(
-    instance_id: str = typer.Argument(..., help="The instance to enter."),
+    instance_id: str = typer.Argument(..., help="The instance to enter.", callback=path_name),
     store: Path = StoreOption,
 ) -> None:
     """An interactive shell in a fresh sandbox of a built instance (removed on exit).

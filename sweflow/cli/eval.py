@@ -14,6 +14,7 @@ from sweflow.cli.common import (
     cli_executor,
     console,
     folder_or_new,
+    path_name,
     positive,
 )
 from sweflow.cli.env import (
@@ -33,7 +34,9 @@ def eval_command(
     predictions: str = typer.Option(
         ..., "--predictions", "-p", help="preds.json, preds.jsonl, or 'gold'."
     ),
-    run_id: str = typer.Option(..., "--run-id", help="Names the run; a re-run resumes it."),
+    run_id: str = typer.Option(
+        ..., "--run-id", help="Names the run (a folder); a re-run resumes it.", callback=path_name
+    ),
     backend: str = BackendOption,
     max_workers: int = typer.Option(
         2, "--max-workers", "-j", help="Instances graded at once.", callback=positive

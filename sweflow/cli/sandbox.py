@@ -17,6 +17,7 @@ from sweflow.cli.common import (
     LayerOption,
     WorkdirOption,
     console,
+    positive,
     spec_from_options,
 )
 from sweflow.sandbox.backends import BACKENDS
@@ -31,7 +32,9 @@ def sandbox_run(
     layer: list[Path] = LayerOption,
     workdir: str = WorkdirOption,
     backend: str = BackendOption,
-    timeout: float = typer.Option(600.0, help="Seconds before the command is killed."),
+    timeout: float = typer.Option(
+        600.0, help="Seconds before the command is killed.", callback=positive
+    ),
     network: bool = typer.Option(False, help="Share the host's network."),
 ) -> None:
     """Run one command in a fresh sandbox and exit with its status.

