@@ -168,6 +168,40 @@ def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):
     assert result.exit_code == 2 and "no resolved trajectories" in result.output
 
 
+@pytest.mark.parametrize(
+    "lines, named",
+    [
+        (["garbage", '{"messages": [{"content": "x"}]}'],
+         ["line 1: not JSON", "line 2: message 1 has no role"]),
+        (['{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": null},'
+          ' {"role": "assistant", "content": "ok"}]}'],
+         ["line 1: message 2 (user) has null content"]),
+    ],
+    ids=["garbage and no roles", "null content"],
+)  # fmt: skip
+def test_data_no_line_of_which_can_train_names_each_line(tiny_smollm2, tmp_path, lines, named):
+    """Both said "no resolved trajectories... collect with a stronger teacher" (or, for null
+    content, "raise sft.max_seq_len") without naming a line."""
+    data = tmp_path / "sft.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    argv = ["train", "sft", "--data", str(data), "-m", str(tiny_smollm2), "-o", str(tmp_path / "o")]
+    result = CliRunner().invoke(app, argv)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in said, said
+    assert all(line in said for line in named) and "max_seq_len" not in said, said
+
+
+def test_null_content_is_the_openai_form_of_a_turn_that_only_calls_tools(tmp_path):
+    call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "fix it"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]}) + "\n")  # fmt: skip
+    report = sft_data.DataReport()
+    assert len(sft_data.read_records(data, report)) == 1 and not report.malformed
+
+
 def test_an_architecture_torchtune_cannot_build_is_named(tmp_path):
     with pytest.raises(ArchitectureError, match="model_type 'gpt2' \\(GPT2LMHeadModel\\)"):
         checkpoint_model_type({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})

@@ -78,19 +78,36 @@ def read_records(path: Path, report: DataReport) -> list[dict[str, Any]]:
 
 
 def _record_problem(record: Any) -> str | None:
+    """What makes a line no conversation to train on, naming the message; None if it is one."""
     if not isinstance(record, dict):
         return "not a JSON object"
     messages = record.get("messages")
     if not isinstance(messages, list) or not messages:
         return "no messages"
-    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
-        return "a message without a role"
+    for number, message in enumerate(messages, 1):
+        if why := _message_problem(message):
+            return f"message {number} {why}"
     if not any(m["role"] == "assistant" for m in messages):
         return "no assistant turn to learn from"
     tools = record.get("tools")
     if tools is not None and not isinstance(tools, list):
         return "tools is not a list"
     return None
+
+
+def _message_problem(message: Any) -> str | None:
+    """A message the chat template cannot render as the served model sees it: no role, or no
+    text (null content is the OpenAI form only of an assistant turn that calls tools)."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        return "has no role"
+    role, content = message["role"], message.get("content")
+    if isinstance(content, str):
+        return None
+    if content is None and role == "assistant" and message.get("tool_calls"):
+        return None
+    if content is None:
+        return f"({role}) has null content"
+    return f"({role}) has {type(content).__name__} content, not text"
 
 
 def is_heldout(instance_id: str, fraction: float, seed: int) -> bool:
@@ -175,28 +192,52 @@ def prepare(
     if not data.is_file():
         raise SFTDataError(f"no SFT data at {data}")
     records = read_records(data, report)
+    if not report.lines:
+        raise SFTDataError(
+            f"{data} has no resolved trajectories to train on (it is empty). Collect with a "
+            "stronger teacher (collect.teacher: endpoint) or with the gold patches replayed "
+            "through the agent's tools (collect.teacher: replay)."
+        )
     if not records:
         raise SFTDataError(
-            f"{data} has no resolved trajectories to train on ({report.lines} lines"
-            f"{', ' + str(len(report.malformed)) + ' malformed' if report.malformed else ''}). "
-            "Collect with a stronger teacher (collect.teacher: endpoint) or with the gold "
-            "patches replayed through the agent's tools (collect.teacher: replay)."
+            f"{data}: none of its {report.lines} lines is a conversation to train on: "
+            f"{_first(report.malformed)}"
         )
     examples = tokenize_records(records, encoder, max_seq_len, overlength, report)
     held = [e for e in examples if is_heldout(e.instance_id, heldout_fraction, seed)]
     train = [e for e in examples if not is_heldout(e.instance_id, heldout_fraction, seed)]
     if not train:
         raise SFTDataError(
-            f"{data}: none of its {len(records)} conversations is left to train on "
-            f"({report.skipped_overlength} over max_seq_len {max_seq_len}, {len(held)} held "
-            f"out, {report.skipped_drift} not renderable as served); raise sft.max_seq_len or "
-            "lower sft.heldout_fraction"
+            f"{data}: none of its {len(records)} conversations is left to train on"
+            + _why_none_left(report, len(held), max_seq_len)
         )
     report.examples, report.heldout_examples = len(train), len(held)
     out_dir.mkdir(parents=True, exist_ok=True)
     train_path = _write(out_dir / "train.jsonl", train)
     heldout_path = _write(out_dir / "heldout.jsonl", held) if held else None
     return train_path, heldout_path, report
+
+
+def _first(problems: list[str], shown: int = 3) -> str:
+    """The first few of ``problems``, and how many more there are."""
+    more = len(problems) - shown
+    return "; ".join(problems[:shown]) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _why_none_left(report: DataReport, held: int, max_seq_len: int) -> str:
+    """What took each conversation out, with the setting to change for each cause."""
+    causes = []
+    if report.skipped_overlength:
+        causes.append(f"{report.skipped_overlength} over max_seq_len {max_seq_len} "
+                      "(raise sft.max_seq_len)")  # fmt: skip
+    if held:
+        causes.append(f"{held} held out (lower sft.heldout_fraction)")
+    if report.skipped_drift:
+        causes.append(f"{report.skipped_drift} not renderable as served: "
+                      f"{_first(report.malformed)}")  # fmt: skip
+    if report.skipped_untrained:
+        causes.append(f"{report.skipped_untrained} with no assistant token left to train")
+    return ": " + "; ".join(causes) if causes else ""
 
 
 def _write(path: Path, examples: list[Example]) -> Path:
