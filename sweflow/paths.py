@@ -7,6 +7,10 @@ from pathlib import Path
 
 from sweflow.errors import ConfigError
 
+# The source checkout sweflow runs from: configs/, data/ and benchmarks/ live there, and the
+# bundled Prefect deployments run in it (an installed wheel has none of them).
+CHECKOUT = Path(__file__).resolve().parents[1]
+
 
 def cache_root() -> Path:
     """Built artefacts reused across runs: the compiled init, base rootfs layers, images."""

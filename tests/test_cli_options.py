@@ -169,3 +169,21 @@ def test_an_output_folder_that_is_a_file_is_refused(tmp_path: Path, argv: list[s
     argv = [a.replace("{file}", str(afile)).replace("{store}", str(tmp_path / "s")) for a in argv]
     _refused(argv, "is a file, not a folder")
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "sft", "--data", "{file}", "-o", "{out}", "-m", "no-such-model"],
+        ["train", "rl", "-d", str(DEMO), "--store", "{out}", "-o", "{out}", "-m", "no-such-model"],
+        ["serve", "--model", "no-such-model"],
+    ],
+    ids=["train sft", "train rl", "serve"],
+)
+def test_a_model_named_like_nothing_is_refused_before_any_work(tmp_path: Path, argv) -> None:
+    """It was found out after the data was read, the dataset built or vLLM set up."""
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    argv = [a.replace("{file}", str(afile)).replace("{out}", str(tmp_path / "o")) for a in argv]
+    _refused(argv, "'no-such-model' is not a Hugging Face folder")
+    assert not (tmp_path / "o").exists()

@@ -152,6 +152,15 @@ def path_name(value: str | None) -> str | None:
     return value
 
 
+def model_ref(value: str | None) -> str | None:
+    """A model option: a folder, a bundled name or a Hub id, checked without fetching it."""
+    from sweflow.serving.models import model_ref_problem
+
+    if value is not None and (problem := model_ref_problem(value)) is not None:
+        raise typer.BadParameter(problem)
+    return value
+
+
 def folder_or_new(value: Path | None) -> Path | None:
     """A folder option (a store, a report folder): refused when the path is a file."""
     if value is not None and value.exists() and not value.is_dir():

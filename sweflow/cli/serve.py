@@ -8,14 +8,17 @@ from pathlib import Path
 
 import typer
 
-from sweflow.cli.common import App, console, folder_or_new
+from sweflow.cli.common import App, console, folder_or_new, model_ref
 
 model_app = App(help="Model folders: prepare the embedded default model.")
 
 
 def serve_command(
     model: str = typer.Option(
-        ..., "--model", help="A Hugging Face folder, a bundled model name, or a Hub id."
+        ...,
+        "--model",
+        help="A Hugging Face folder, a bundled model name, or a Hub id.",
+        callback=model_ref,
     ),
     port: int = typer.Option(8000, "--port", help="Port to listen on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),

@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import App, BackendOption, console, folder_or_new
+from sweflow.cli.common import App, BackendOption, console, folder_or_new, model_ref
 from sweflow.cli.env import DatasetArgs, dataset_options
 from sweflow.training.rl.backends import DEFAULT_RL_BACKEND, rl_backends_help
 
@@ -19,6 +19,7 @@ ModelRefOption = typer.Option(
     "--model",
     "-m",
     help="A Hugging Face folder, a bundled model name, or a Hub id: org/name or org/name@revision.",
+    callback=model_ref,
 )
 RunFolderOption = typer.Option(
     ..., "--out", "-o", help="Run folder; the model goes to OUT/model.", callback=folder_or_new
