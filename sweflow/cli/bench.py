@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from sweflow.cli.common import App, BaseOption, console
+from sweflow.cli.common import App, BaseOption, console, work_starts
 
 bench_app = App(help="Benchmarks of the sandbox backends and the pipeline stages.")
 STORE_HELP = "Layer store (built if needed); default: in the cache, one per benchmark."
@@ -62,6 +62,7 @@ def bench_sandbox(
     if unknown := set(names) - {"local", "docker", "e2b"}:
         raise typer.BadParameter(f"unknown backend(s): {', '.join(sorted(unknown))}",
                                  param_hint="--backends")  # fmt: skip
+    work_starts(f"benchmark the {', '.join(names)} sandbox backend(s) on {base}")
     root = _base_root(base)
     report = run(root, quick=quick, backends=names, progress=_progress)
     _emit(report, json_out)
@@ -106,6 +107,7 @@ def bench_envprep(
     dataset = dataset or str(ENVCACHE)
     store = store or bench_root("envprep") / "store"
     rows = load_dataset_rows(dataset, None, None)
+    work_starts(f"build and time {len(rows)} instance(s) in {store}")
     builder = dataset_builder(
         dataset, store, specs=specs, mirror=repo_mirror, wheelhouse=wheelhouse, max_workers=2
     )
@@ -130,6 +132,7 @@ def bench_agent(
     """
     from sweflow.bench.agent import run
 
+    work_starts(f"time agent runs on {base}")
     root = _base_root(base)
     report = run(
         root,
@@ -177,6 +180,7 @@ def bench_reward(
     from sweflow.grading.dataset import GradingData
 
     store = store or bench_root("reward") / "store"
+    work_starts(f"build and grade the instances of {dataset or ENVCACHE} in {store}")
     data = GradingData.load(dataset or ENVCACHE, store, wheelhouse, specs, repo_mirror)
     report = run(
         data,
@@ -201,6 +205,7 @@ def bench_sft(
     """
     from sweflow.bench.sft import run
 
+    work_starts("fine-tune SmolLM2 with torchtune and with TRL")
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
@@ -216,6 +221,7 @@ def bench_sft_served(
     """
     from sweflow.bench.sft_served import run
 
+    work_starts("fine-tune SmolLM2 and serve both models with vLLM")
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
@@ -232,6 +238,7 @@ def bench_rl(
     """
     from sweflow.bench.rl import run
 
+    work_starts("time RL rollouts and GRPO steps")
     _emit(run(quick=quick, docker=docker, progress=_progress), json_out)
 
 
@@ -247,6 +254,7 @@ def bench_cli(
     """
     from sweflow.bench.cli import run
 
+    work_starts("time the command line's start-up")
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
@@ -274,6 +282,7 @@ def bench_pipeline(
             "(pip install -e '.[pipeline]')"
         )
     args = ["--tasks", "1", "--reps", "2"] if quick else ["--tasks", "2", "--reps", "5"]
+    work_starts(f"run {script.relative_to(REPO)} {' '.join(args)}")
     done = subprocess.run(
         [sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True, check=False
     )  # its progress lines go straight to stderr
@@ -297,6 +306,7 @@ def bench_ray(
         raise typer.BadParameter("Ray is not installed: pip install 'sweflow[ray]'")
     from sweflow.bench.ray import run
 
+    work_starts("start a Ray cluster of this machine and grade on it")
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
@@ -326,6 +336,7 @@ def bench_swebench(
     """
     from sweflow.bench.swebench import run
 
+    work_starts("build and validate SWE-bench rows")
     report = run(dataset, repo_mirror, store, specs, 1 if quick else limit, max_workers,
                  progress=_progress)  # fmt: skip
     _emit(report, json_out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
@@ -44,6 +45,24 @@ def handle_errors(func: F) -> F:
             raise typer.Exit(EXIT_USER_ERROR) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+_dry_run = threading.Event()  # set by `sweflow --dry-run` for the command it runs
+
+
+def dry_run(ctx: typer.Context) -> None:
+    """Make the command ``ctx`` runs stop where its work starts (until ``ctx`` closes)."""
+    _dry_run.set()
+    ctx.call_on_close(_dry_run.clear)
+
+
+def work_starts(what: str) -> None:
+    """Where a command's checks end and its work begins. Under ``sweflow --dry-run`` the command
+    stops here, its options and inputs checked, saying what it would do (exit 0): a user tries a
+    command line before a long run, and tests/test_cli_examples.py runs every help example so."""
+    if _dry_run.is_set():
+        console.print(f"dry run: checked; would {what}", highlight=False)
+        raise typer.Exit(0)
 
 
 class App(typer.Typer):

@@ -16,6 +16,7 @@ from sweflow.cli.common import (
     folder_or_new,
     path_name,
     positive,
+    work_starts,
 )
 from sweflow.cli.env import (
     DatasetArgs,
@@ -79,6 +80,7 @@ def eval_command(
         err.print(f"[yellow]skipped prediction:[/] {error}", highlight=False)
     wanted = {p.instance_id for p in preds.items}
     rows_to_build = [r for r in rows if r.instance_id in wanted]
+    work_starts(f"grade {len(preds.items)} prediction(s) as run {run_id} on {backend}")
     builder = data.builder()
     executor = cli_executor(ray, data.store)
     build_with_progress(builder, rows_to_build, executor)

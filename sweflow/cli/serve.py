@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from sweflow.cli.common import App, console, folder_or_new, model_ref
+from sweflow.cli.common import App, console, folder_or_new, model_ref, work_starts
 
 model_app = App(help="Model folders: prepare the embedded default model.")
 
@@ -38,6 +38,7 @@ def serve_command(
     from sweflow.paths import cache_root
     from sweflow.serving import ServeConfig, resolve_model, vllm_server
 
+    work_starts(f"serve {model} on {host}:{port}")
     with console.status(f"resolving model {model}"):
         folder = resolve_model(model)
     cfg = ServeConfig(
@@ -78,8 +79,11 @@ def model_prepare(
     Example:
       sweflow model prepare smollm2-135m-instruct --out models/smollm2
     """
-    from sweflow.serving import prepare_model
+    from sweflow.serving import KNOWN_MODELS, prepare_model
 
+    if name not in KNOWN_MODELS:
+        raise typer.BadParameter(f"unknown model {name!r}; known: {', '.join(KNOWN_MODELS)}")
+    work_starts(f"prepare {name} in {out}")
     with console.status(f"preparing {name}"):
         path = prepare_model(name, out)
     console.print(f"{name}: {path}", highlight=False)

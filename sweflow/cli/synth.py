@@ -8,7 +8,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import RayOption, cli_executor, console, folder_or_new, positive
+from sweflow.cli.common import (
+    RayOption,
+    cli_executor,
+    console,
+    folder_or_new,
+    positive,
+    work_starts,
+)
 
 OPERATORS_HELP = "Bug operators (repeatable); default: all (an unknown name lists them)."
 
@@ -71,6 +78,7 @@ def synth(
         given = {k: v for k, v in overrides.items() if v is not None}
         cfg = validate_model(SynthConfig, given, "synth options", SynthConfigError)
     work_dir = work or cfg.out.parent / ".synth-work"
+    work_starts(f"synthesize from {len(cfg.sources)} source(s) into {cfg.out}")
     executor = cli_executor(ray, work_dir / "store")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:

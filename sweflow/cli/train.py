@@ -9,7 +9,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import App, BackendOption, console, folder_or_new, model_ref
+from sweflow.cli.common import (
+    App,
+    BackendOption,
+    console,
+    folder_or_new,
+    model_ref,
+    work_starts,
+)
 from sweflow.cli.env import DatasetArgs, dataset_options
 from sweflow.training.rl.backends import DEFAULT_RL_BACKEND, rl_backends_help
 
@@ -67,6 +74,7 @@ def train_sft_command(
         raise ConfigError(f"sft options: {describe(exc)}") from None
     if not data.is_file():
         raise ConfigError(f"--data {data}: no such file")
+    work_starts(f"fine-tune {model} on {data} into {out}")
     with console.status(f"resolving model {model}"):
         base = resolve_model(model)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -124,8 +132,8 @@ def train_rl_command(
     when its tests pass; the policy is updated on its own episodes. Serve OUT/model after.
 
     Examples:
-      sweflow train rl -d data/demo/tasks.jsonl -m runs/sft/model -o runs/rl --steps 8
-      sweflow train rl -d tasks.jsonl -m Qwen/Qwen2.5-7B-Instruct --rl-backend verl -o runs/v
+      sweflow train rl -d data/demo/tasks.jsonl --store store/ -m runs/sft/model -o runs/rl
+      sweflow train rl -d tasks.jsonl -s store -m Qwen/Qwen2.5-7B-Instruct --rl-backend verl -o v
     """
     from pydantic import ValidationError
 
@@ -144,9 +152,12 @@ def train_rl_command(
         agent = AgentConfig(tool_mode=tool_mode, max_steps=max_steps)
     except ValidationError as exc:
         raise ConfigError(f"rl options: {describe(exc)}") from None
+    rows = data.rows()
+    work_starts(f"build {len(rows)} instance(s) in {data.store}, then train {model} with "
+                f"{rl_backend} for {steps} step(s) into {out}")  # fmt: skip
     with console.status(f"resolving model {model}"):
         policy = resolve_model(model)
-    _, rows = build_dataset(data)
+    rows = build_dataset(data.builder(), rows)
     specs = data.specs_path()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as bar:  # fmt: skip
