@@ -61,11 +61,15 @@ def test_a_few_steps_lower_the_loss_and_the_checkpoint_loads(tiny_smollm2, sft_j
 
 
 def test_lora_trains_and_publishes_merged_weights(tiny_smollm2, sft_jsonl, tmp_path):
-    config = SFTConfig(**FAST, method="lora", lora_rank=4, max_steps_per_epoch=2)
+    config = SFTConfig(**FAST, method="lora", lora_rank=4, heldout_fraction=0.5, seed=4)
     result = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", config)
-    assert result.recipe == "lora_finetune_single_device" and result.steps == 2
+    assert result.recipe == "lora_finetune_single_device" and result.steps == 2  # 1 held out
     train = sft_data.load_examples(tmp_path / "data" / "train.jsonl")
     assert mean_loss(tmp_path / "model", train) < mean_loss(tiny_smollm2, train)
+    # the card was written before the held-out loss after training was measured, without it
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert f"| held-out loss after | {result.heldout_loss_after} |" in card
+    assert result.heldout_loss_after is not None
 
 
 def test_a_killed_run_resumes_from_its_last_epoch(tiny_smollm2, sft_jsonl, tmp_path):
@@ -129,6 +133,20 @@ def test_bad_lines_are_named_and_overlength_is_counted(tiny_smollm2, sft_jsonl, 
     with pytest.raises(SFTDataError, match=f"2 over max_seq_len {lengths[0] - 1}"):
         sft_data.prepare(data, encoder, tmp_path / "d", max_seq_len=lengths[0] - 1,
                          overlength="skip")  # fmt: skip
+
+
+def test_token_counts_are_the_train_splits_that_throughput_divides(
+    tiny_smollm2, sft_jsonl, tmp_path
+):
+    """tokens_per_s divides the tokens by the train examples: held-out tokens were counted in."""
+    encoder = ChatEncoder(tiny_smollm2)
+    _, heldout, report = sft_data.prepare(sft_jsonl, encoder, tmp_path, max_seq_len=8192,
+                                          overlength="truncate", heldout_fraction=0.5,
+                                          seed=4)  # fmt: skip
+    train = sft_data.load_examples(tmp_path / "train.jsonl")
+    assert heldout is not None and report.heldout_examples and len(train) == report.examples
+    assert report.tokens == sum(len(e.tokens) for e in train)
+    assert report.trained_tokens == sum(label != IGNORE for e in train for label in e.labels)
 
 
 def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(

@@ -30,7 +30,7 @@ class DataReport:
     """What became of each line of the data (for the stage's table and the model card)."""
 
     lines: int = 0
-    examples: int = 0
+    examples: int = 0  # the train split's; tokens and trained_tokens are counted on it alone
     heldout_examples: int = 0
     malformed: list[str] = field(default_factory=list)  # "line N: why"
     truncated: int = 0
@@ -145,14 +145,11 @@ def tokenize_records(
             report.truncated += 1
         tokens = encoded.tokens
         labels = [t if keep else IGNORE for t, keep in zip(tokens, encoded.trained, strict=True)]
-        trained = sum(label != IGNORE for label in labels)
-        if not trained:
+        if all(label == IGNORE for label in labels):
             report.skipped_untrained += 1
             continue
         source = str(record.get("source", "model"))
         report.sources[source] = report.sources.get(source, 0) + 1
-        report.tokens += len(tokens)
-        report.trained_tokens += trained
         examples.append(Example(str(record.get("instance_id", "")), tokens, labels))
     return examples
 
@@ -212,6 +209,8 @@ def prepare(
             + _why_none_left(report, len(held), max_seq_len)
         )
     report.examples, report.heldout_examples = len(train), len(held)
+    report.tokens = sum(len(e.tokens) for e in train)  # what a step's throughput is made of
+    report.trained_tokens = sum(label != IGNORE for e in train for label in e.labels)
     out_dir.mkdir(parents=True, exist_ok=True)
     train_path = _write(out_dir / "train.jsonl", train)
     heldout_path = _write(out_dir / "heldout.jsonl", held) if held else None
