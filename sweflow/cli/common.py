@@ -31,8 +31,10 @@ EXIT_USER_ERROR = 2
 def handle_errors(func: F) -> F:
     """Print a SweflowError as one red ``error: <message>`` line on stderr and exit 2.
 
-    Other exceptions are bugs and keep their traceback. Every command and callback registered on
-    an ``App`` gets this automatically; use it directly only on a plain ``typer.Typer``.
+    An interrupt that says where the work stopped (a trainer's resume point) is printed as one
+    ``interrupted: <message>`` line before it goes on (exit 130). Other exceptions are bugs and
+    keep their traceback. Every command and callback registered on an ``App`` gets this
+    automatically; use it directly only on a plain ``typer.Typer``.
     """
 
     @functools.wraps(func)
@@ -43,6 +45,11 @@ def handle_errors(func: F) -> F:
             # Made at call time so that a redirected or captured stderr is honoured.
             Console(stderr=True).print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
             raise typer.Exit(EXIT_USER_ERROR) from None
+        except KeyboardInterrupt as e:
+            if str(e):
+                Console(stderr=True).print(f"[yellow]interrupted:[/] {escape(str(e))}",
+                                           highlight=False)  # fmt: skip
+            raise
 
     return wrapper  # type: ignore[return-value]
 
