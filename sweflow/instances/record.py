@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sweflow.configfile import FolderName
 from sweflow.errors import SweflowError
-from sweflow.paths import name_problem
 
 
 class InstancesError(SweflowError):
@@ -33,7 +33,7 @@ class Instance(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    instance_id: str = Field(min_length=1)
+    instance_id: FolderName  # it names the instance's manifests, logs and trajectories
     repo: str = Field(min_length=1)
     base_commit: str = Field(min_length=1)
     patch: str = ""
@@ -50,14 +50,6 @@ class Instance(BaseModel):
     eval_script: str | None = None
     log_parser: str | None = None
     eval_type: Literal["pass_and_fail", "fail_only"] | None = None
-
-    @field_validator("instance_id")
-    @classmethod
-    def _one_folder(cls, value: str) -> str:
-        """An instance id names its folders (store manifests, logs, trajectories)."""
-        if (problem := name_problem(value)) is not None:
-            raise ValueError(problem)
-        return value
 
     @field_validator("patch", "test_patch", "problem_statement", "hints_text", mode="before")
     @classmethod

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.agent.config import AgentConfig, SamplingConfig, ServedTeacher, Teacher
+from sweflow.configfile import FolderName
 from sweflow.envcache.dataset import dataset_specs
-from sweflow.paths import name_problem
 from sweflow.sandbox.backends import DEFAULT_BACKEND
 from sweflow.sandbox.spec import BackendName
 from sweflow.serving.models import DEFAULT_MODEL
@@ -143,7 +143,7 @@ class InferSection(Section):
 
 
 class EvalSection(Section):
-    run_id: str = Field("pipeline", description="names the run's report and log folders")
+    run_id: FolderName = Field("pipeline", description="names the run's report and log folders")
     max_workers: int = Field(2, ge=1)
     timeout_s: float = Field(1800.0, gt=0)
     tamper_guard: bool = Field(
@@ -151,10 +151,3 @@ class EvalSection(Section):
         description="refuse patches that pass the tests without fixing anything; off: "
         "the official harness's verdicts",
     )
-
-    @field_validator("run_id")
-    @classmethod
-    def _one_folder(cls, value: str) -> str:
-        if (problem := name_problem(value)) is not None:
-            raise ValueError(problem)
-        return value
