@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-import typer.main
+from conftest import cli_commands
 from typer.testing import CliRunner
 
 from sweflow.cli import app
@@ -28,21 +28,11 @@ NO_WORK = {("version",), ("pipeline", "config"), ("pipeline", "stages")}  # they
 EMBEDDED = re.compile(r"\$\((sweflow [^)]*)\)")  # an example inside another command's line
 
 
-def _commands(group, path: tuple[str, ...] = ()) -> list:
-    found = []
-    for name, command in group.commands.items():
-        if hasattr(command, "commands"):
-            found += _commands(command, (*path, name))
-        else:
-            found.append(((*path, name), command))
-    return found
-
-
 def _examples() -> list[tuple[tuple[str, ...], str]]:
     """(command path, example line) for every example line of every command's help."""
     found = []
-    for path, command in _commands(typer.main.get_command(app)):  # type: ignore[arg-type]
-        _, _, tail = (command.help or "").partition("Example")
+    for path, command in cli_commands():
+        _, _, tail = (command.help or "").partition("Example")  # type: ignore[attr-defined]
         for line in tail.splitlines()[1:]:
             line = line.strip()
             if embedded := EMBEDDED.search(line):
@@ -56,8 +46,7 @@ EXAMPLES = _examples()
 
 
 def test_every_command_has_examples_found_here() -> None:
-    commands = {path for path, _ in _commands(typer.main.get_command(app))}  # type: ignore
-    assert commands == {path for path, _ in EXAMPLES}
+    assert {path for path, _ in cli_commands()} == {path for path, _ in EXAMPLES}
 
 
 def _scratch(root: Path, instance_ids: list[str]) -> None:
