@@ -1,17 +1,12 @@
-"""Served-model evidence of SFT: `sweflow bench sft-served` without the CLI.
+"""Served-model evidence of SFT: ``python benchmarks/sft_served.py [OPTIONS]`` is ``sweflow bench
+sft-served --json [OPTIONS]`` (``--help`` lists them). It prints one JSON object: base vs
+fine-tuned SmolLM2 served by vLLM: valid actions, submissions, resolve rate on eval and train
+tasks.
 
-``python benchmarks/sft_served.py [--quick]`` fine-tunes SmolLM2-135M-Instruct on the demo's
-train-split replays, serves the base and the fine-tuned model with vLLM in turn, runs the agent
-on the held-out toolz tasks and on a few train tasks, and prints one JSON object: per model and
-split the valid-action share, the submitted share and the resolve rate
-(see sweflow/bench/sft_served.py).
+The method is in sweflow/bench/sft_served.py.
 """
 
-import json
-import sys
-
-from sweflow.bench.sft_served import run
+from sweflow.cli.bench import run_script
 
 if __name__ == "__main__":
-    report = run(quick="--quick" in sys.argv, progress=lambda line: print(line, file=sys.stderr))
-    print(json.dumps(report, indent=2))
+    run_script("sft-served")
