@@ -89,6 +89,16 @@ def cli_commands() -> list[tuple[tuple[str, ...], object]]:
     return walk(typer.main.get_command(app), ())
 
 
+def hand_upper(store, files: dict[str, bytes]) -> Path:
+    """An upper of the LayerStore ``store`` holding ``files`` (relative path -> bytes), made by
+    hand: a layer to commit without running a sandbox."""
+    upper = store.new_upper()
+    for name, data in files.items():
+        (upper / name).parent.mkdir(parents=True, exist_ok=True)
+        (upper / name).write_bytes(data)
+    return upper
+
+
 # -- local sandbox helpers (tests/test_sandbox_{local,security,soak}.py) -----------------------
 
 
@@ -272,6 +282,7 @@ def sweflow_serve(model: Path, name: str, log_dir: Path):
     log = log_dir / f"serve-{name}.out"
     argv = [sys.executable, "-m", "sweflow.cli", "serve", "--model", str(model)]
     argv += ["--port", str(port), "--served-name", name, "--max-model-len", "4096"]
+    argv += ["--vllm-arg=--trust-request-chat-template"]  # /tokenize with a test template
     with log.open("w") as out:
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "400"}
@@ -325,16 +336,23 @@ def tiny_smollm2(smollm2: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_replays(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
-    """Three demo tasks built offline, and their replayed golden trajectories (text mode):
-    ``(GradingData, collect folder with sft.jsonl)``."""
+    """Three demo tasks built offline, one per project, and their replayed golden trajectories
+    (text mode): ``(GradingData, collect folder with sft.jsonl)``."""
     from sweflow.agent.jobs import replay_collect
     from sweflow.grading.dataset import GradingData
 
     demo = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
     store = tmp_path_factory.mktemp("replay-store")
     data = GradingData.load(demo, store, wheelhouse)
-    data.instances = data.sample(3)
+    data.instances = data.sample(9)  # three per project: the teacher declines a few tasks
     assert not [r for r in data.build() if r.status == "error"]
+    tried = replay_collect(data.instances, store=store, specs=data.specs,
+                           out_dir=tmp_path_factory.mktemp("replays-tried"))  # fmt: skip
+    firsts: dict = {}  # repo -> its first task the teacher replays
+    for row in data.instances:
+        if row.instance_id not in tried.skipped:
+            firsts.setdefault(row.repo, row)
+    data.instances = list(firsts.values())
     out = tmp_path_factory.mktemp("replays")
     summary = replay_collect(data.instances, store=store, specs=data.specs, out_dir=out)
     assert summary.kept == 3, summary

@@ -1,6 +1,9 @@
-"""The replay teacher on a real sandbox: an edit whose text is not unique in its file is widened
-with the lines the replay's view showed, and a gold patch that cannot be read is refused up front.
-(Replays of real rows in both tool modes: tests/test_agent_collect.py.)"""
+"""The replay teacher on a real sandbox: it reaches each place the gold patch changes only by
+clues (the issue, a traceback, a search hit, a page it read), so that every file it opens or
+edits was named before and every term it searches for was seen before; it declines a task no
+clue leads through, with the reason; an edit whose text is not unique is widened with the lines
+its views showed; a gold patch that cannot be read is refused up front. The whole demo set is
+replayed in both tool modes and graded. (The imitability check itself: its own test below.)"""
 
 from __future__ import annotations
 
@@ -10,10 +13,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from unidiff import PatchSet
 
-from sweflow.agent import AgentConfig, run_agent
-from sweflow.agent.replay import ReplayModel, quiet, replay_clients, replay_test_command
+from sweflow.agent import AgentConfig, Batch, run_agent
+from sweflow.agent.clues import names_path
+from sweflow.agent.imitable import imitability
+from sweflow.agent.jobs import collect, replay_collect
+from sweflow.agent.replay import Check, ReplayModel, quiet, replay_check, replay_clients
+from sweflow.agent.trajectory import ActionRecord, StepRecord, Trajectory
 from sweflow.instances import Instance
+
+DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
 
 BLOCK = (
     "    total = 0\n    a = 1\n    b = 2\n    c = 3\n"
@@ -57,14 +67,77 @@ def test_an_edit_that_is_not_unique_is_widened(sandbox_spec, open_local, twin_la
     row = Instance(instance_id="demo__calc-1", repo="demo/calc", base_commit="HEAD",
                    problem_statement="second() must double", patch=patch)  # fmt: skip
     sandbox = open_local(sandbox_spec(layer))
-    model = ReplayModel(row, mode, "python3 -c 'import calc; print(calc.second([1, 2]))'")
+    model = ReplayModel(row, mode, Check("python3 -c 'import calc; print(calc.second([1, 2]))'"))
     traj = asyncio.run(run_agent(row, sandbox, model, AgentConfig(tool_mode=mode)))
     assert traj.exit_status == "submitted" and traj.source == "replay"
+    first = traj.steps[0].actions[0]
+    assert first.args["command"] == r"grep -rnE '(def|class) second\b' --include='*.py' ."
+    assert "./calc.py:11:def second(xs):" in first.observation
     thoughts = [s.thought for s in traj.steps]
     assert any("not unique" in t for t in thoughts), thoughts
     assert traj.patch == patch
     test_step = traj.steps[-2].actions[0]
     assert test_step.tool == "bash" and test_step.observation.strip() == "6"
+    assert traj.imitable is not None and traj.imitable.fraction == 1.0, traj.imitable
+
+
+def test_a_task_no_clue_leads_to_is_declined_with_its_reason(
+    sandbox_spec, twin_layer, tmp_path
+) -> None:
+    layer, patch = twin_layer
+    row = Instance(instance_id="demo__calc-2", repo="demo/calc", base_commit="HEAD",
+                   problem_statement="The totals are wrong.", patch=patch)  # fmt: skip
+    graded = []
+
+    async def grade(instance: Instance, patch: str) -> dict:
+        graded.append(instance.instance_id)
+        return {"resolved": False}
+
+    client_for, skipped = replay_clients([row], "text", None)
+    agent = AgentConfig(tool_mode="text")
+    batch = Batch(client=None, client_for=client_for, agent=agent, out_dir=tmp_path,
+                  spec_for=lambda _: sandbox_spec(layer), grade=grade)  # fmt: skip
+    summary = asyncio.run(collect([row], batch))
+    assert skipped == {} and graded == [] and summary.kept == 0
+    why = summary.skipped["demo__calc-2"]
+    assert why.startswith("no clue leads to calc.py lines"), why
+    traj = Trajectory.load(tmp_path / "trajectories" / "demo__calc-2" / "run-0.json")
+    assert traj.exit_status == "declined" and traj.steps == [] and traj.patch == ""
+
+
+def test_imitability_holds_each_step_to_what_was_seen_before_it() -> None:
+    issue = (
+        "- `tests/test_parse.py::test_precision`: ValueError: format spec '7f' not recognised\n"
+        "```python\nimport parse\nparse.parse('{:7f}', '1')\n```\n"
+    )
+    hit = "./parse.py:400:        raise ValueError('format spec %r not recognised' % format)\n"
+
+    def act(command: str, observation: str = "", **args: object) -> ActionRecord:
+        if command.startswith(("view", "str_replace")):
+            return ActionRecord(tool="str_replace_editor", args={"command": command, **args},
+                                observation=observation)  # fmt: skip
+        return ActionRecord(tool="bash", args={"command": command}, observation=observation)
+
+    steps = [
+        act("view", path="/testbed/parse.py"),  # the oracle's first step: only test_parse.py named
+        act("python - <<'EOF'\nimport parse\nparse.parse('{:7f}', '1')\nEOF", "ValueError"),
+        act("grep -rnF 'not recognised' --include='*.py' .", hit),
+        act(r"grep -rnE '(def|class) compile\b' --include='*.py' ."),  # compile: seen nowhere
+        act("view", path="/testbed/parse.py", view_range=[390, 410]),  # the hit named it
+        act("python -m pytest -q tests/test_other.py"),  # a file nothing named
+        act("python -m pytest -q"),  # names no file: not checked
+        ActionRecord(tool="submit"),
+    ]
+    result = imitability(issue, [StepRecord(index=i, actions=[a]) for i, a in enumerate(steps)],
+                         "/testbed")  # fmt: skip
+    assert (result.checked, result.grounded) == (6, 3)
+    assert result.ungrounded == [
+        "step 0: view parse.py: not named before",
+        "step 3: searches for 'compile': seen nowhere before",
+        "step 5: runs with tests/test_other.py: not named before",
+    ]
+    together = StepRecord(index=0, actions=[steps[2], steps[4]])  # chosen before either answer
+    assert imitability(issue, [together], "/testbed").grounded == 1
 
 
 def test_rows_whose_gold_patch_cannot_be_read_are_named_and_skipped() -> None:
@@ -81,7 +154,7 @@ def test_rows_whose_gold_patch_cannot_be_read_are_named_and_skipped() -> None:
     assert skipped["bad-1"].startswith("bad-1: its gold patch cannot be read")
 
 
-def test_the_test_step_runs_visible_failing_tests_quietly() -> None:
+def test_the_test_step_runs_the_visible_failing_tests_it_knows_of_quietly() -> None:
     test_patch = (
         "diff --git a/tests/test_new.py b/tests/test_new.py\nnew file mode 100644\n"
         "--- /dev/null\n+++ b/tests/test_new.py\n@@ -0,0 +1 @@\n+x = 1\n"
@@ -89,7 +162,48 @@ def test_the_test_step_runs_visible_failing_tests_quietly() -> None:
     failing = ["tests/test_old.py::test_a", "tests/test_new.py::test_b"]
     row = Instance(instance_id="r-1", repo="r", base_commit="HEAD", problem_statement="p",
                    test_patch=test_patch, FAIL_TO_PASS=failing)  # fmt: skip
-    command = replay_test_command(row, "pytest -rA -p no:cacheprovider")
-    assert command == "pytest -p no:cacheprovider -q --tb=short tests/test_old.py"
+    check = replay_check(row, "pytest -rA -p no:cacheprovider")
+    assert check == Check("pytest -p no:cacheprovider -q --tb=short", ("tests/test_old.py",))
+    named = "the test `tests/test_old.py::test_a` fails"
+    assert (
+        check.line(named, "/testbed")
+        == "pytest -p no:cacheprovider -q --tb=short tests/test_old.py"
+    )
+    assert check.line("nothing named", "/testbed") == "pytest -p no:cacheprovider -q --tb=short"
     assert quiet("./runtests.py --verbosity 2") == "./runtests.py --verbosity 2"
-    assert replay_test_command(row, ["make test", "make check"]) == "make test && make check"
+    assert replay_check(row, ["make test", "make check"]) == Check("make test && make check")
+
+
+@pytest.mark.parametrize("mode", ["text", "tools"])
+def test_every_demo_replay_is_imitable_and_resolves(grading_dataset, tmp_path, mode) -> None:
+    """Every view, edit and run of each kept replay rests on the issue or an earlier observation
+    (the old oracle's first step, a view of the gold file at the gold line, did not), every task
+    is either resolved or declined with its reason, and nothing is kept that is not resolved."""
+    data = grading_dataset(DEMO)
+    rows = {row.instance_id: row for row in data.instances}
+    summary = replay_collect(list(rows.values()), store=data.store, specs=data.specs,
+                             out_dir=tmp_path, tool_mode=mode)  # fmt: skip
+    assert summary.runs == len(rows) == summary.kept + len(summary.skipped)
+    assert summary.kept >= 30 and summary.imitable_fraction == 1.0, summary
+    for instance_id, row in rows.items():
+        traj = Trajectory.load(tmp_path / "trajectories" / instance_id / "run-0.json")
+        assert traj.tool_mode == mode and traj.source == "replay"
+        if instance_id in summary.skipped:
+            assert traj.exit_status == "declined" and traj.reward is None
+            assert summary.skipped[instance_id] == traj.error and "no clue leads to" in traj.error
+            continue
+        assert traj.resolved, (instance_id, traj.reward)
+        check = imitability(row.problem_statement, traj.steps, "/testbed")
+        assert check.ungrounded == [] and check.checked >= 3, (instance_id, check)
+        seen, gold = row.problem_statement, {f.path for f in PatchSet(row.patch)}
+        for step in traj.steps:
+            for action in step.actions:
+                if action.tool == "str_replace_editor":
+                    path = action.args["path"].removeprefix("/testbed/")
+                    assert names_path(seen, path, "/testbed"), (instance_id, step.index)
+                    assert path in gold or action.args["command"] == "view", instance_id
+            seen += "".join("\n" + a.observation for a in step.actions)
+    print(
+        f"{mode}: {summary.kept} kept, {len(summary.skipped)} skipped, imitable fraction "
+        f"{summary.imitable_fraction}; skipped: {summary.skipped}"
+    )

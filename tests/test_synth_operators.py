@@ -13,7 +13,6 @@ from sweflow.synth.candidates import Baseline, Candidate, enumerate_candidates, 
 from sweflow.synth.config import SynthConfig, SynthConfigError, load_config
 from sweflow.synth.operators import OPERATORS, apply_site, find_sites
 from sweflow.synth.sources import SourceError, parse_source, unpack_sdist
-from sweflow.synth.tasks import Bug, problem_statement
 from sweflow.synth.testrun import SuiteRun
 
 SAMPLE = '''\
@@ -176,14 +175,3 @@ def test_recipe_errors_name_the_file_and_field(tmp_path: Path) -> None:
     config = load_config(recipe, seed=7)
     assert isinstance(config, SynthConfig) and config.out == (tmp_path / "d" / "x.jsonl").resolve()
     assert config.seed == 7
-
-
-def test_problem_statement_quotes_failures_without_run_specific_addresses() -> None:
-    bug = Bug(
-        "pkg/a.py", "remove_loop", 0, 3, "", [f"t/test_a.py::test_{i}" for i in range(7)], [],
-        {"t/test_a.py::test_0": "assert <object at 0x7f169f1ccc90> == 1"},
-    )  # fmt: skip
-    text = problem_statement("acme/widget", bug)
-    assert "`t/test_a.py::test_0`: assert <object at 0x...> == 1" in text
-    assert "t/test_a.py::test_4" in text and "t/test_a.py::test_5" not in text
-    assert "... and 2 more" in text and "pkg/a.py" not in text  # no hint of where the bug is

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from sweflow.agent.client import ChatModel
 from sweflow.agent.config import AgentConfig
 from sweflow.agent.loop import run_agent
-from sweflow.agent.trajectory import INFRA_FAILURES, SANDBOX_ERROR, Trajectory
+from sweflow.agent.trajectory import DECLINED, INFRA_FAILURES, SANDBOX_ERROR, Trajectory
 from sweflow.errors import SweflowError
 from sweflow.instances import Instance
 from sweflow.sandbox import SandboxSpec, open_sandbox
@@ -43,8 +43,8 @@ def load_done(path: Path) -> Trajectory | None:
 
 
 def needs_grading(traj: Trajectory) -> bool:
-    """A run that ended (not on an infrastructure failure) without its reward."""
-    return traj.reward is None and traj.exit_status not in INFRA_FAILURES
+    """A run that ended (not on an infrastructure failure, not declined) without its reward."""
+    return traj.reward is None and traj.exit_status not in {*INFRA_FAILURES, DECLINED}
 
 
 def reward_dict(result: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import openai
 from openai import AsyncOpenAI
@@ -20,6 +20,7 @@ from openai.types.chat import ChatCompletion
 
 from sweflow.agent.config import ModelConfig
 from sweflow.errors import InfrastructureError, SweflowError
+from sweflow.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 RETRIABLE = (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
@@ -68,6 +69,19 @@ class ChatModel(Protocol):
     ) -> Completion: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class RepositoryReader(Protocol):
+    """A teacher that reads the task's repository before its first reply: the replay teacher
+    plans its route with it, while every step it then takes is a real, recorded action."""
+
+    async def read_repository(self, sandbox: Sandbox, workdir: str) -> None: ...
+
+
+class Declined(SweflowError):
+    """A teacher will not do the task: it sees no way that a student could follow (the message
+    says why). The run ends with exit status ``declined``; it is not graded or kept."""
 
 
 class ModelClient:

@@ -102,7 +102,8 @@ class EndpointTeacher(BaseModel):
 
 
 class ReplayTeacher(BaseModel):
-    """The gold patch reproduced through the agent's own tools (sweflow.agent.replay)."""
+    """The gold patch found by clues and made through the agent's own tools, the way a student
+    could (sweflow.agent.replay)."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["replay"] = "replay"

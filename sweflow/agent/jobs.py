@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from sweflow.agent.batch import Batch
 from sweflow.agent.config import ToolMode
 from sweflow.agent.export import write_predictions, write_sft
-from sweflow.agent.trajectory import Trajectory
+from sweflow.agent.trajectory import DECLINED, Trajectory
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 
@@ -37,6 +37,10 @@ class JobSummary:
     steps: int = 0
     valid_steps: int = 0  # replies that parsed into an action
     exit_statuses: dict[str, int] = field(default_factory=dict)
+    # of the kept runs' actions that open, edit, run or search the repository, the share that
+    # rests on what the run had seen (sweflow.agent.imitable); None when nothing is kept
+    imitable_fraction: float | None = None
+    skipped: dict[str, str] = field(default_factory=dict)  # task -> why the teacher declined it
     outputs: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -52,6 +56,7 @@ class JobSummary:
             steps=sum(len(t.steps) for t in trajectories),
             valid_steps=sum(not s.format_error for t in trajectories for s in t.steps),
             exit_statuses=dict(Counter(t.exit_status for t in trajectories).most_common()),
+            skipped={t.instance_id: t.error for t in trajectories if t.exit_status == DECLINED},
         )
 
     def save(self, path: Path) -> Path:
@@ -67,10 +72,21 @@ async def collect(rows: list[Instance], batch: Batch | ExecutorBatch) -> JobSumm
     kept = [t for t in trajectories if t.resolved]
     summary = JobSummary.of(trajectories)
     summary.kept = len(kept)
+    summary.imitable_fraction = imitable_fraction(kept)
     paths = write_sft(kept, batch.out_dir)
     summary.outputs = {style: str(path) for style, path in paths.items()}
     summary.outputs["summary"] = str(summary.save(batch.out_dir / "summary.json"))
     return summary
+
+
+def imitable_fraction(trajectories: list[Trajectory]) -> float | None:
+    """The share of grounded actions among the checked ones of ``trajectories`` (those that
+    were checked: a run saved before the check existed has no figure); None without any."""
+    checks = [t.imitable for t in trajectories if t.imitable is not None]
+    if not checks:
+        return None
+    checked = sum(c.checked for c in checks)
+    return round(sum(c.grounded for c in checks) / checked, 4) if checked else 1.0
 
 
 async def infer(rows: list[Instance], batch: Batch | ExecutorBatch, model_name: str) -> JobSummary:
@@ -96,9 +112,10 @@ def replay_collect(
     backend: str = "local",
     max_open_sandboxes: int = 4,
 ) -> JobSummary:
-    """``collect`` with the replay teacher on built rows: each gold patch played through the
-    agent's tools and graded (golden trajectories without a model). Rows that cannot be replayed
-    raise, naming them."""
+    """``collect`` with the replay teacher on built rows: each gold patch reached and made
+    through the agent's tools and graded (golden trajectories without a model). Rows whose gold
+    patch cannot be read raise, naming them; rows the teacher declines (no clue leads to a place
+    the patch changes) are in the summary's ``skipped``, with why."""
     from sweflow.agent.batch import grade_with
     from sweflow.agent.config import AgentConfig
     from sweflow.agent.replay import ReplayError, replay_clients

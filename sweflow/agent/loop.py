@@ -13,12 +13,20 @@ import time
 from typing import Any
 
 from sweflow.agent.actions import Action, FormatError, from_text, from_tool_calls, thought_of
-from sweflow.agent.client import ChatModel, ContextLengthError, ModelError
+from sweflow.agent.client import (
+    ChatModel,
+    ContextLengthError,
+    Declined,
+    ModelError,
+    RepositoryReader,
+)
 from sweflow.agent.config import AgentConfig
+from sweflow.agent.imitable import imitability
 from sweflow.agent.templates import render, text_instructions, tools_instructions
 from sweflow.agent.tools import TOOL_SPECS, TOOLS, TOOLS_BY_NAME, ToolContext
 from sweflow.agent.trajectory import (
     CONTEXT_LIMIT,
+    DECLINED,
     FORMAT_ERROR,
     MODEL_ERROR,
     SANDBOX_ERROR,
@@ -121,10 +129,13 @@ class AgentRun:
             traj.exit_status = SANDBOX_ERROR
             traj.error = traj.error or f"diff failed: {exc}"
         traj.wall_s = time.perf_counter() - self.started
+        traj.imitable = imitability(self.instance.problem_statement, traj.steps, self.workdir)
         return traj
 
     async def _loop(self) -> str:
         traj, format_errors = self.traj, 0
+        if isinstance(self.client, RepositoryReader):
+            await self.client.read_repository(self.sandbox, self.workdir)
         for index in range(self.config.max_steps):
             if status := self.limit_reached():
                 return status
@@ -135,6 +146,9 @@ class AgentRun:
                 )
             except TimeoutError:
                 return TIME_LIMIT
+            except Declined as exc:
+                traj.error = str(exc)
+                return DECLINED
             except ContextLengthError as exc:
                 traj.error = str(exc)
                 return CONTEXT_LIMIT

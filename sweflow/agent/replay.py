@@ -1,16 +1,20 @@
-"""The ``replay`` teacher: an instance's gold patch reproduced through the agent's own tools.
+"""The ``replay`` teacher: an instance's gold patch reached and made through the agent's tools
+the way a student could, from the issue alone.
 
 A small model resolves none of the tasks, so collecting golden trajectories from it yields no
-SFT data. The replay plays the part of the model in the real agent loop, in a real sandbox: it
-looks at each place the gold patch changes (the editor's ``view``), edits it with the editor
-(``str_replace`` per hunk, ``create`` for new files), runs the tests, and submits. Every
-observation is the sandbox's real answer, and the run is graded like any other, so a replay
-trajectory is exactly what the agent would have had to do, in the tool mode the student model
-will be served in. When an edit's old text is not unique in its file, the replay widens it with
-the lines the last ``view`` showed, as an agent would.
+SFT data. The replay plays the part of the model in the real agent loop, in a real sandbox. It
+knows the fix, but it moves only along clues (sweflow.agent.replay_route): it runs the issue's
+reproduction, follows the traceback, searches for the names and messages the issue and its
+observations show, reads on from what it viewed, until a view shows each place the gold patch
+changes; then it edits (``str_replace`` per hunk, widened with the viewed lines when its text is
+not unique), runs the reproduction again and the tests, and submits. Every observation is the
+sandbox's real answer and the run is graded like any other. A task whose changes no clue leads
+to is declined with the reason (exit status ``declined``), never given a step a student could
+not have taken.
 
-The test step runs the FAIL_TO_PASS tests' files that exist before the test patch (SWE-bench
-rows), else the visible suite (SWE-smith style tasks hide the failing tests' files).
+The test step runs those of the FAIL_TO_PASS tests' files that exist before the test patch and
+that the issue or an observation named, else the visible suite (SWE-smith style tasks hide the
+failing tests' files).
 """
 
 from __future__ import annotations
@@ -20,43 +24,54 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 from unidiff import PatchedFile, PatchSet
 from unidiff.patch import Hunk
 
 from sweflow.agent.actions import Action
-from sweflow.agent.client import Completion
+from sweflow.agent.client import Completion, Declined, ModelError
+from sweflow.agent.clues import names_path, reproduction
 from sweflow.agent.config import ToolMode
+from sweflow.agent.replay_route import MAX_COST, Knowledge, Router, Target
+from sweflow.agent.source_map import SourceMap, read_sources
 from sweflow.agent.tools import BASH, EDITOR, SUBMIT
 from sweflow.errors import ConfigError
 from sweflow.harness.specs import SpecError, SpecTable
 from sweflow.instances import Instance
+from sweflow.sandbox import Sandbox
 
-CONTEXT_LINES = 6  # shown around a hunk by the view before its edit
 DEFAULT_TESTS = "python -m pytest"  # the test step of a row without an environment spec
-GIT_CONTEXT = 3  # context lines of a git diff's hunk, fewer only at the ends of a file
 NOT_UNIQUE = "appears"  # the editor's word when old_str is found more than once
-NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
 
 Plan = Generator[tuple[str, Action], str, None]  # yields (thought, action), receives observation
 
 
 class ReplayModel:
-    """A model stand-in for one run: each :meth:`complete` answers with the plan's next step."""
+    """A model stand-in for one run: each :meth:`complete` answers with the plan's next step.
+    The plan is made once the repository is read (:meth:`read_repository`, called by the loop)."""
 
     source = "replay"
     name = "replay"
 
-    def __init__(self, instance: Instance, tool_mode: ToolMode, test_command: str) -> None:
+    def __init__(self, instance: Instance, tool_mode: ToolMode, check: Check) -> None:
+        self.instance = instance
         self.tool_mode = tool_mode
-        self._plan = replay_plan(gold_files(instance), test_command)
+        self.check = check
+        self._plan: Plan | None = None
         self._started = False
         self._calls = 0
+
+    async def read_repository(self, sandbox: Sandbox, workdir: str) -> None:
+        source = SourceMap(await read_sources(sandbox, workdir))
+        self._plan = replay_plan(self.instance, self.check, source, workdir)
 
     async def complete(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> Completion:
+        if self._plan is None:
+            raise ModelError("the replay teacher runs in the agent loop, which reads the repo")
         began = time.perf_counter()
         observation = _last_observation(messages)
         try:
@@ -87,7 +102,8 @@ class ReplayModel:
         return {"role": "assistant", "content": thought, "tool_calls": [call]}
 
     async def close(self) -> None:
-        self._plan.close()
+        if self._plan is not None:
+            self._plan.close()
 
 
 def text_reply(thought: str, action: Action) -> str:
@@ -110,16 +126,70 @@ def gold_files(instance: Instance) -> list[PatchedFile]:
     return files
 
 
-def replay_plan(files: list[PatchedFile], test_command: str) -> Plan:
-    """The steps that reproduce a patch, adapting to what the sandbox answers."""
+def replay_plan(instance: Instance, check: Check, source: SourceMap, workdir: str) -> Plan:
+    """The steps: reproduce, find every place to change by clues, edit, check, submit."""
+    files = gold_files(instance)
+    known = Knowledge(instance.problem_statement, workdir)
+    router = Router(source, workdir)
+    script = reproduction(instance.problem_statement)
+    if script is not None:
+        thought = "Let me run the reproduction from the issue to see the failure for myself."
+        known.learn(None, (yield thought, run_script(script)))
     for patched in files:
-        yield from _replay_file(patched)
-    yield "Run the tests to check the change.", Action(BASH, {"command": test_command})
+        for target in targets(patched):
+            while known.shown(target) is None:
+                move = router.next_move(known, target)
+                if move is None:
+                    raise Declined(_unreachable(target, source))
+                known.learn(move, (yield move.thought, move.action))
+    for patched in files:
+        yield from _replay_file(patched, known, source, workdir)
+    if script is not None:
+        yield "Run the reproduction again to check the fix.", run_script(script)
+    yield "Run the tests to check that nothing else broke.", _bash(check.line(known.text, workdir))
     yield "The change is made and checked; submit it.", Action(SUBMIT)
 
 
-def _replay_file(patched: PatchedFile) -> Plan:
-    path = f"/testbed/{patched.path}"
+def targets(patched: PatchedFile) -> list[Target]:
+    """The lines each hunk of a modified text file covers (none for other kinds of change)."""
+    if _whole_file_change(patched):
+        return []
+    return [Target(patched.path, h.source_start, h.source_start + h.source_length - 1)
+            for h in patched]  # fmt: skip
+
+
+def _whole_file_change(patched: PatchedFile) -> bool:
+    """A file added, removed, renamed or binary: no hunk of it is edited in place."""
+    return bool(
+        patched.is_binary_file
+        or patched.is_rename
+        or patched.is_added_file
+        or patched.is_removed_file
+    )
+
+
+def _unreachable(target: Target, source: SourceMap) -> str:
+    where = f"{target.path} lines {target.first}-{target.last}"
+    if target.path not in source.lines:
+        return f"no clue leads into {target.path}: it is not Python source outside the tests"
+    return (
+        f"no clue leads to {where}: nothing the issue or the observations name reaches it "
+        f"within {MAX_COST} actions"
+    )
+
+
+def run_script(script: str) -> Action:
+    """Feed a script to Python on stdin (nothing is written to the repository)."""
+    end = "EOF"
+    while re.search(rf"^{end}$", script, re.MULTILINE):
+        end += "_"
+    return _bash(f"python - <<'{end}'\n{script.rstrip()}\n{end}")
+
+
+def _replay_file(patched: PatchedFile, known: Knowledge, source: SourceMap, workdir: str) -> Plan:
+    path = f"{workdir.rstrip('/')}/{patched.path}"
+    if _whole_file_change(patched) and not names_path(known.text, patched.path, workdir):
+        raise Declined(f"the gold patch changes {patched.path}, which nothing names")
     if patched.is_binary_file or patched.is_rename:
         yield f"Apply the change to {patched.path} as a patch.", _apply_action(patched)
         return
@@ -131,27 +201,36 @@ def _replay_file(patched: PatchedFile) -> Plan:
         args = {"command": "create", "path": path, "file_text": content}
         yield f"Create {patched.path}.", Action(EDITOR, args)
         return
-    for hunk in patched:
-        view = {"command": "view", "path": path, "view_range": list(_view_range(hunk))}
-        where = f"{patched.path} around line {hunk.source_start}"
-        shown = yield f"Look at {where}.", Action(EDITOR, view)
+    done: list[tuple[str, str]] = []  # (old, new) of this file's edits so far
+    for hunk, target in zip(patched, targets(patched), strict=True):
+        shown = known.shown(target)
+        assert shown is not None  # every target was viewed before the edits
+        window = shown
+        for before, after in done:
+            window = window.replace(before, after, 1)
+        holder = source.enclosing(patched.path, _first_change(hunk))
+        where = f"`{holder.name}`" if holder else patched.path
         old = "".join(text for kind, text in _lines(hunk) if kind != "+")
         new = "".join(text for kind, text in _lines(hunk) if kind != "-")
         edit = {"command": "str_replace", "path": path, "old_str": old, "new_str": new}
-        answer = yield f"Change the code at line {hunk.source_start}.", Action(EDITOR, edit)
-        if NOT_UNIQUE in answer and (window := _window(shown)) and old in window:
+        thought = f"This code in {where} is what goes wrong; change it."
+        answer = yield thought, Action(EDITOR, edit)
+        if NOT_UNIQUE in answer and old in window:
             wide = {**edit, "old_str": window, "new_str": window.replace(old, new, 1)}
             yield "That text is not unique; replace it with more context.", Action(EDITOR, wide)
+            done.append((window, wide["new_str"]))
+        else:
+            done.append((old, new))
 
 
-def _view_range(hunk: Hunk) -> tuple[int, int]:
-    """Lines to view around a hunk: some context, but not past the end of the file, which a
-    hunk reaches when it has fewer trailing context lines than git's three."""
-    end = hunk.source_start + hunk.source_length - 1
-    kinds = [kind for kind, _ in _lines(hunk)]
-    trailing = len(kinds) - max(i for i, k in enumerate(kinds) if k != " ") - 1
-    last = end if trailing < GIT_CONTEXT else end + CONTEXT_LINES
-    return max(1, hunk.source_start - CONTEXT_LINES), max(last, 1)
+def _first_change(hunk: Hunk) -> int:
+    """The first line (before the change) that the hunk removes, or the line it adds after."""
+    line = hunk.source_start
+    for kind, _ in _lines(hunk):
+        if kind != " ":
+            return line
+        line += 1
+    return line
 
 
 def _lines(hunk: Hunk) -> list[tuple[str, str]]:
@@ -165,12 +244,6 @@ def _lines(hunk: Hunk) -> list[tuple[str, str]]:
             continue
         lines.append((line.line_type, line.value))
     return lines
-
-
-def _window(observation: str) -> str:
-    """The file text a ``view`` observation shows (its numbered lines, numbers removed)."""
-    lines = [m.group(2) for m in map(NUMBERED.match, observation.splitlines()) if m]
-    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _apply_action(patched: PatchedFile) -> Action:
@@ -187,21 +260,35 @@ def _last_observation(messages: list[dict[str, Any]]) -> str:
     return str(last.get("content") or "") if last.get("role") in ("tool", "user") else ""
 
 
-def replay_test_command(instance: Instance, base_command: str | list[str]) -> str:
-    """The replay's test step: FAIL_TO_PASS files present before the test patch, or the suite.
+@dataclass(frozen=True)
+class Check:
+    """The replay's test step: a test command, and the visible failing tests' files it may
+    run. Only the files the issue or an observation named go on the line: a student runs what it
+    knows of; with none named, the command runs the whole visible suite."""
+
+    command: str
+    files: tuple[str, ...] = ()
+
+    def line(self, seen: str, workdir: str) -> str:
+        named = [f for f in self.files if names_path(seen, f, workdir)]
+        return " ".join([self.command, *map(shlex.quote, named)])
+
+
+def replay_check(instance: Instance, base_command: str | list[str]) -> Check:
+    """The test step of a row: its FAIL_TO_PASS files present before the test patch (SWE-bench
+    rows; SWE-smith style rows hide them all), with the spec's command made quiet.
 
     ``base_command`` is an environment spec's ``test_cmd``: one command the files are appended
     to, or a list of complete commands (run one after the other, as they are).
     """
     if isinstance(base_command, list):
-        return " && ".join(base_command)
+        return Check(" && ".join(base_command))
     try:
         hidden = {f.path for f in PatchSet(instance.test_patch or "") if f.is_added_file}
     except Exception:  # a malformed test patch hides nothing we can name
         hidden = set()
     files = sorted({name.split("::")[0] for name in instance.FAIL_TO_PASS if "::" in name})
-    visible = [f for f in files if f not in hidden]
-    return " ".join([quiet(base_command), *map(shlex.quote, visible)])
+    return Check(quiet(base_command), tuple(f for f in files if f not in hidden))
 
 
 def quiet(test_command: str) -> str:
@@ -232,6 +319,6 @@ def replay_clients(
             command = specs.get(row.repo, row.version or "").test_cmd if specs else DEFAULT_TESTS
         except SpecError:
             command = DEFAULT_TESTS
-        return ReplayModel(row, tool_mode, replay_test_command(row, command or DEFAULT_TESTS))
+        return ReplayModel(row, tool_mode, replay_check(row, command or DEFAULT_TESTS))
 
     return client_for, skipped

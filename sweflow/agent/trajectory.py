@@ -22,6 +22,7 @@ CONTEXT_LIMIT = "context_limit"
 FORMAT_ERROR = "format_error"
 MODEL_ERROR = "model_error"
 SANDBOX_ERROR = "sandbox_error"
+DECLINED = "declined"  # a teacher saw no way to do the task that a student could follow
 INFRA_FAILURES = frozenset({MODEL_ERROR, SANDBOX_ERROR})
 
 
@@ -54,6 +55,20 @@ class StepRecord(BaseModel):
         return max(0.0, self.step_s - self.model_s - self.exec_s)
 
 
+class Imitability(BaseModel):
+    """Of a run's actions that open, edit, run or search the repository (``checked``), how many
+    rest on what the run had seen before them, the issue or an observation (``grounded``); a
+    note on each that did not (sweflow.agent.imitable)."""
+
+    checked: int = 0
+    grounded: int = 0
+    ungrounded: list[str] = Field(default_factory=list)
+
+    @property
+    def fraction(self) -> float:
+        return self.grounded / self.checked if self.checked else 1.0
+
+
 class Trajectory(BaseModel):
     format: int = 1
     instance_id: str
@@ -74,6 +89,7 @@ class Trajectory(BaseModel):
     wall_s: float = 0.0
     sandbox_open_s: float = 0.0
     reward: dict[str, Any] | None = None
+    imitable: Imitability | None = None
 
     @property
     def total_tokens(self) -> int:

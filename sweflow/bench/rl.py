@@ -70,9 +70,16 @@ def run(quick: bool = False, docker: bool = True, progress: Progress = print) ->
     with tempfile.TemporaryDirectory(prefix="sweflow-bench-rl-") as scratch:
         tmp = Path(scratch)
         progress("replaying the gold patches through the agent's tools (the rollouts' actions)")
-        replay_collect(data.instances, store=data.store, specs=data.specs, out_dir=tmp / "gold")
+        gold = replay_collect(data.instances, store=data.store, specs=data.specs,
+                              out_dir=tmp / "gold")  # fmt: skip
+        data.instances = [r for r in data.instances if r.instance_id not in gold.skipped]
+        if not data.instances:
+            raise BenchError(f"the replay teacher declined every task: {gold.skipped}")
+        report["tasks"] = len(data.instances)
         runs = sorted((tmp / "gold" / "trajectories").glob("*/run-*.json"))
-        golden = {path.parent.name: Trajectory.load(path) for path in runs}
+        golden = {
+            path.parent.name: traj for path in runs if (traj := Trajectory.load(path)).resolved
+        }
         report |= _environment_times(data, golden, reps, docker, progress)
         report |= _rl_steps(data, tmp, steps, progress)
     local, bare = report["env_reward_s_per_rollout_local"], report["bare_tests_s_per_rollout"]

@@ -152,6 +152,15 @@ def print_summary(title: str, summary: JobSummary) -> None:
     console.print(table)
     statuses = ", ".join(f"{k}: {v}" for k, v in summary.exit_statuses.items())
     console.print(f"exit statuses: {statuses}", highlight=False)
+    for instance_id, why in summary.skipped.items():
+        console.print(f"[yellow]skipped (no imitable path):[/] {instance_id}: {why}",
+                      highlight=False)  # fmt: skip
+    if summary.imitable_fraction is not None:
+        console.print(
+            f"imitable fraction of the kept runs: {summary.imitable_fraction:.3f} (their steps "
+            "that open, edit, run or search files resting on what they had seen)",
+            highlight=False,
+        )
     for name, path in summary.outputs.items():
         console.print(f"{name}: {path}", highlight=False)
 
@@ -255,8 +264,9 @@ def collect_command(
     teacher: str = typer.Option(
         "endpoint",
         "--teacher",
-        help="endpoint: the model at --model-url; replay: each task's gold patch played "
-        "through the agent's tools (no model needed).",
+        help="endpoint: the model at --model-url; replay: each task's gold patch, found by "
+        "the clues a student has (the issue, tracebacks, searches) and made through the "
+        "agent's tools (no model needed; a task no clue leads through is skipped).",
     ),
     tamper_guard: bool = typer.Option(
         True,

@@ -234,6 +234,25 @@ def bench_sft_served(
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
+@bench_app.command("learn")
+def bench_learn(
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+    quick: bool = typer.Option(
+        False, help="24 train and 8 held-out tasks, 60 SFT steps, 4 GRPO steps on 2 tasks."
+    ),
+) -> None:
+    """Does training make the agent better? Base vs SFT vs SFT+RL served by vLLM on held-out
+    tasks (valid actions, reproduced, right file, right hunk, submitted, resolved), and RL's
+    resolve rate before and after on train tasks the SFT model resolves sometimes.
+
+    Example:
+      sweflow bench learn --json --quick
+    """
+    from sweflow.bench.learn import run
+
+    _emit(run(quick=quick, progress=_progress), json_out)
+
+
 @bench_app.command("rl")
 def bench_rl(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),

@@ -22,6 +22,7 @@ from sweflow.cli.common import (
     positive,
     work_starts,
 )
+from sweflow.envcache.storefiles import LEASE_GRACE_S
 from sweflow.errors import SweflowError
 
 if TYPE_CHECKING:
@@ -320,20 +321,35 @@ def env_gc(
         None, "--dataset", "-d", help="Keep only this dataset's instances."
     ),
     split: str = SplitOption,
+    grace: float = typer.Option(
+        LEASE_GRACE_S,
+        "--grace",
+        help="Seconds after its last use that an instance's spec or build still counts as in "
+        "use (a sandbox about to open on it); open sandboxes are always in use.",
+        min=0.0,
+    ),
 ) -> None:
     """Remove layers no manifest needs (and manifests not in --dataset), with the bytes freed.
+
+    What is in use is kept and said: layers of open sandboxes (in any process), and instances
+    whose spec was handed out or that were built in the last few minutes.
 
     Examples:
       sweflow env gc --store store/
       sweflow env gc --store store/ -d data/demo/tasks.jsonl
+      sweflow env gc --store store/ --grace 0   # all but the layers of open sandboxes
     """
     from sweflow.envcache.cleanup import gc
     from sweflow.envcache.store import LayerStore
 
     keep = {i.instance_id for i in load_dataset_rows(dataset, split, None)} if dataset else None
     work_starts(f"remove what no manifest{' of ' + dataset if dataset else ''} needs from {store}")
-    report = gc(LayerStore(store), keep)
+    report = gc(LayerStore(store), keep, grace_s=grace)
     for what, items in (("manifest", report.manifests), ("layer", report.layers)):
         for item in items:
             console.print(f"removed {what} {item}", highlight=False)
+    for iid in report.in_use_instances:
+        console.print(f"kept manifest {iid}: in use", highlight=False)
+    for digest, users in report.in_use.items():
+        console.print(f"kept layer {digest}: in use by {', '.join(users)}", highlight=False)
     console.print(report.summary(), highlight=False)

@@ -28,12 +28,16 @@ def serve_command(
         "auto", "--tool-parser", help="auto (by model family), none, or a vLLM parser name."
     ),
     log: Path = typer.Option(None, "--log", help="vLLM's log (default: in the cache)."),
+    vllm_args: list[str] = typer.Option(
+        [], "--vllm-arg", help="Another flag for vLLM's server, as it spells it (repeatable)."
+    ),
 ) -> None:
     """Run vLLM's OpenAI-compatible server until Ctrl-C, then stop it (by PID).
 
     Examples:
       sweflow serve --model runs/sft/model --port 8000
       sweflow serve --model HuggingFaceTB/SmolLM2-135M-Instruct --served-name smollm2
+      sweflow serve --model runs/sft/model --vllm-arg=--trust-request-chat-template
     """
     from sweflow.paths import cache_root
     from sweflow.serving import ServeConfig, resolve_model, vllm_server
@@ -48,6 +52,7 @@ def serve_command(
         port=port,
         max_model_len=max_model_len,
         tool_parser=None if tool_parser == "none" else tool_parser,
+        extra_args=vllm_args,
     )
     log_path = log or cache_root() / "serve" / f"{cfg.name.replace('/', '__')}-{port}.log"
     # Ctrl-C and SIGTERM both stop vLLM by PID (a shell may start us with SIGINT ignored)

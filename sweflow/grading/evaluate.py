@@ -71,7 +71,8 @@ class GradeWork:
     """Grade one (instance, prediction) into ``out``: the picklable work of an executor.
 
     On a cluster node the grader's settings apply to that node's store; an instance the node
-    lacks is brought from a peer, or built when ``build`` is given."""
+    lacks is brought from a peer. With ``build``, an instance the node still lacks, or holds
+    built from another spec, is built, and leased for the grading either way."""
 
     grader: Grader
     build: BuildWork | None = None
@@ -79,9 +80,10 @@ class GradeWork:
     def __call__(self, item: tuple[Instance, Prediction], out: Path, node: Node) -> Outcome:
         instance, pred = item
         grader = self.grader.on_store(node.store)
-        if not grader.store.has_instance(instance.instance_id):
-            if not node.fetch(grader.store, instance.instance_id) and self.build is not None:
-                self.build.ensure(instance, node)
+        if self.build is not None:
+            self.build.ensure(instance, node)
+        elif not grader.store.has_instance(instance.instance_id):
+            node.fetch(grader.store, instance.instance_id)
         return _grade(grader, instance, pred, out)
 
 

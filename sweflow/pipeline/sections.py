@@ -142,6 +142,14 @@ class InferSection(Section):
     limit: int | None = Field(3, ge=1, description="tasks used (None: all in the eval split)")
 
 
+class ReportSection(Section):
+    baseline_cache: Path | None = Field(
+        None,
+        description="a JSON file that keeps the base model's held-out figures by model, tasks "
+        "and settings (measured when missing); None: measured in every run that trains",
+    )
+
+
 class EvalSection(Section):
     run_id: FolderName = Field("pipeline", description="names the run's report and log folders")
     max_workers: int = Field(2, ge=1)

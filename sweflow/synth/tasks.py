@@ -12,11 +12,13 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sweflow.harness.evalscript import DEFAULT_EVAL_TYPE, DEFAULT_LOG_PARSER, make_eval_script
 from sweflow.harness.specs import EnvSpec
 from sweflow.instances import Instance
+from sweflow.synth.reproduction import standalone
 from sweflow.synth.sources import SourceRepo, git
 
 ACTIVATE = ". /opt/sweflow/venv/bin/activate"  # the environment builder's venv
@@ -60,7 +62,7 @@ def make_task(repo: SourceRepo, spec: EnvSpec, bug: Bug) -> Instance:
         base_commit=commit,
         patch=fix,
         test_patch=test_patch,
-        problem_statement=problem_statement(source.repo, bug),
+        problem_statement=problem_statement(source.repo, bug, _sources(repo, hidden)),
         created_at="2000-01-01T00:00:00Z",
         version=source.version,
         FAIL_TO_PASS=bug.fail_to_pass,
@@ -81,8 +83,10 @@ def make_task(repo: SourceRepo, spec: EnvSpec, bug: Bug) -> Instance:
     return instance
 
 
-def problem_statement(repo: str, bug: Bug) -> str:
-    """An issue text from the failing tests' names and messages (no hint of the bug's place)."""
+def problem_statement(repo: str, bug: Bug, test_sources: Mapping[str, str]) -> str:
+    """An issue text as a user would write it: the failing tests with their messages and a
+    reproduction to paste (the first failing test that stands alone, from ``test_sources``:
+    test file -> its source), never naming the file the bug is in nor pasting a traceback."""
     shown = bug.fail_to_pass[:STATEMENT_TESTS]
     lines = [
         f"Regression in {repo.split('/')[-1]}: {len(bug.fail_to_pass)} test(s) now fail",
@@ -93,14 +97,43 @@ def problem_statement(repo: str, bug: Bug) -> str:
     ]
     for test in shown:
         message = _ADDRESS.sub("0x...", bug.messages.get(test, ""))
+        if _names(message, bug):
+            message = ""
         lines.append(f"- `{test}`" + (f": {message}" if message else ""))
     if len(bug.fail_to_pass) > len(shown):
         lines.append(f"- ... and {len(bug.fail_to_pass) - len(shown)} more")
+    if found := _reproduction(bug, test_sources):
+        test, script = found
+        lines += ["", f"To reproduce, run this (it is `{test}` on its own):", "", "```python"]
+        lines += [script.rstrip("\n"), "```"]
     lines += [
         "",
         "Please fix the library code so that these tests pass again; do not change the tests.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _reproduction(bug: Bug, test_sources: Mapping[str, str]) -> tuple[str, str] | None:
+    """(test id, script) of the first failing test that runs on its own, if any does."""
+    for test in bug.fail_to_pass:
+        file, _, name = test.partition("::")
+        if not name.isidentifier() or file not in test_sources:  # a class's test, parametrized
+            continue
+        script = standalone(test_sources[file], name)
+        if script and not _names(script, bug):
+            return test, script
+    return None
+
+
+def _names(text: str, bug: Bug) -> bool:
+    """Whether ``text`` names the bug's file (as a path ending in its name) or its line."""
+    name = re.escape(bug.file.rsplit("/", 1)[-1])
+    return bool(re.search(rf"(?<![\w.-]){name}(?![\w-])|\bline {bug.line}\b", text))
+
+
+def _sources(repo: SourceRepo, files: list[str]) -> dict[str, str]:
+    """The test files' sources at the clean commit (the reproduction is taken from them)."""
+    return {f: git(repo.root, "show", f"{repo.base_commit}:{f}") for f in files}
 
 
 def _commit_bug(repo: SourceRepo, bug: Bug, hidden: list[str]) -> str:

@@ -49,7 +49,7 @@ def split_rows(ctx: StageContext, part: str, limit: int | None) -> list[Instance
     return rows[:limit] if limit else rows
 
 
-def _run_job(
+def run_job(
     ctx: StageContext,
     out_dir: Path,
     total: int,
@@ -150,6 +150,7 @@ def _trajectory_rows(out_dir: Path) -> list[dict]:
             "resolved": traj.resolved,
             "steps": len(traj.steps),
             "tokens": traj.prompt_tokens + traj.completion_tokens,
+            "imitable": round(traj.imitable.fraction, 3) if traj.imitable else None,
         }
         for traj in map(Trajectory.load, sorted((out_dir / "trajectories").glob("*/run-*.json")))
     ]
@@ -164,7 +165,7 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
     grader = Grader(config.store(), specs, backend=config.sandbox.backend,
                     log_dir=out / "grading", tamper_guard=config.collect.tamper_guard)  # fmt: skip
     runs = len(rows) * config.collect.rollouts
-    summary, where = _run_job(
+    summary, where = run_job(
         ctx, out, runs, lambda batch: agent_jobs.collect(rows, batch),
         rollouts=config.collect.rollouts, grader=grader, **teacher,
     )  # fmt: skip
@@ -174,10 +175,23 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
         file_digest(sft),
         summary.outputs,
         {"tasks": summary.tasks, "runs": summary.runs, "resolved": summary.resolved,
-         "kept": summary.kept, "tokens": summary.prompt_tokens + summary.completion_tokens},
+         "kept": summary.kept, "skipped": len(summary.skipped),
+         "tokens": summary.prompt_tokens + summary.completion_tokens},
         _trajectory_rows(out),
-        where,
+        "\n\n".join(filter(None, [_teacher_markdown(summary), where])),
     )  # fmt: skip
+
+
+def _teacher_markdown(summary: JobSummary) -> str:
+    """The kept runs' imitable fraction and the tasks the teacher declined, with why."""
+    lines = []
+    if summary.imitable_fraction is not None:
+        lines.append(
+            f"Imitable fraction of the kept runs: {summary.imitable_fraction:.3f} (their "
+            "actions that open, edit, run or search files resting on what they had seen)."
+        )
+    lines += [f"- skipped `{i}`: {why}" for i, why in summary.skipped.items()]
+    return "\n".join(lines)
 
 
 def infer(ctx: StageContext) -> StageResult:
@@ -189,7 +203,7 @@ def infer(ctx: StageContext) -> StageResult:
     servers = ctx.model_servers()
     model, mode = servers.endpoint(config.model, config.agent, config.run_dir, trained)
     name = config.model.name
-    summary, where = _run_job(
+    summary, where = run_job(
         ctx, out, len(rows), lambda batch: agent_jobs.infer(rows, batch, name),
         model=model, tool_mode=mode,
     )  # fmt: skip

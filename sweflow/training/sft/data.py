@@ -17,8 +17,7 @@ from typing import Any
 
 from sweflow.errors import ConfigError
 from sweflow.training.chat import ActionsLostError, ChatEncoder, ChatTemplateError, DriftError
-
-IGNORE = -100  # the label of a token that is not trained (torchtune's CROSS_ENTROPY_IGNORE_IDX)
+from sweflow.training.sft.windows import IGNORE, last_turns, split_windows
 
 
 class SFTDataError(ConfigError):
@@ -33,7 +32,9 @@ class DataReport:
     examples: int = 0  # the train split's; tokens and trained_tokens are counted on it alone
     heldout_examples: int = 0
     malformed: list[str] = field(default_factory=list)  # "line N: why"
-    truncated: int = 0
+    truncated: int = 0  # cut to their start and last turns (overlength: truncate)
+    split: int = 0  # made into several windows (overlength: split)
+    dropped_turns: int = 0  # assistant turns too long for a sequence even alone (split)
     skipped_overlength: int = 0
     skipped_drift: int = 0
     skipped_untrained: int = 0
@@ -135,42 +136,41 @@ def tokenize_records(
             report.skipped_drift += 1
             report.malformed.append(f"{record.get('instance_id', '?')}: {exc}")
             continue
+        sequences = [(encoded.tokens, _labels(encoded.tokens, encoded.trained))]
         if len(encoded.tokens) > max_seq_len:
-            if (
-                overlength == "skip"
-                or (encoded := _last_turns(record, encoder, max_seq_len)) is None
-            ):
+            sequences = _fitted(record, encoder, max_seq_len, overlength, report)
+            if not sequences:
                 report.skipped_overlength += 1
                 continue
-            report.truncated += 1
-        tokens = encoded.tokens
-        labels = [t if keep else IGNORE for t, keep in zip(tokens, encoded.trained, strict=True)]
-        if all(label == IGNORE for label in labels):
+        sequences = [(t, labels) for t, labels in sequences if any(x != IGNORE for x in labels)]
+        if not sequences:
             report.skipped_untrained += 1
             continue
         source = str(record.get("source", "model"))
         report.sources[source] = report.sources.get(source, 0) + 1
-        examples.append(Example(str(record.get("instance_id", "")), tokens, labels))
+        for tokens, labels in sequences:
+            examples.append(Example(str(record.get("instance_id", "")), tokens, labels))
     return examples
 
 
-def _last_turns(record: dict[str, Any], encoder: ChatEncoder, max_seq_len: int):
-    """A conversation too long for ``max_seq_len``, cut to its start (the system and task
-    messages) and the latest turns that fit: the edit, the check and the submit are what a
-    trajectory teaches last, and a cut at the end would drop them. None when even the start and
-    the last assistant turn do not fit."""
-    messages = record["messages"]
-    start = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    turns = [i for i in range(start, len(messages)) if messages[i]["role"] == "assistant"]
-    for first in turns[1:]:
-        kept = [*messages[:start], *messages[first:]]
-        try:
-            encoded = encoder.encode(kept, record.get("tools"))
-        except DriftError:
-            continue
-        if len(encoded.tokens) <= max_seq_len:
-            return encoded
-    return None
+def _labels(tokens: list[int], trained: list[bool]) -> list[int]:
+    return [t if keep else IGNORE for t, keep in zip(tokens, trained, strict=True)]
+
+
+def _fitted(record: dict[str, Any], encoder: ChatEncoder, max_seq_len: int, overlength: str,
+            report: DataReport) -> list[tuple[list[int], list[int]]]:  # fmt: skip
+    """A conversation over ``max_seq_len`` as sequences that fit (sweflow.training.sft.windows),
+    or none (skipped)."""
+    messages, tools = record["messages"], record.get("tools")
+    if overlength == "split":
+        windows, dropped = split_windows(messages, tools, encoder, max_seq_len)
+        report.split += bool(windows)
+        report.dropped_turns += dropped
+        return windows
+    if overlength == "truncate" and (cut := last_turns(messages, tools, encoder, max_seq_len)):
+        report.truncated += 1
+        return [(cut.tokens, _labels(cut.tokens, cut.trained))]
+    return []
 
 
 def prepare(

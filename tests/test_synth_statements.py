@@ -1,0 +1,116 @@
+"""Problem statements as a user writes a bug report: the failing tests with their messages and a
+reproduction to paste, never naming where the bug is (pure Python; the demo set's statements
+are checked against their gold patches)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from unidiff import PatchSet
+
+from sweflow.agent.clues import reproduction
+from sweflow.instances import load_instances
+from sweflow.synth.reproduction import standalone
+from sweflow.synth.tasks import Bug, problem_statement
+
+DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
+TESTS = """\
+import pytest
+from pkg.core import window
+from pkg import helpers as h
+
+LIMIT = 3
+
+
+def pairs(n):
+    return window(range(n), size=LIMIT - 1)
+
+
+@pytest.fixture
+def data():
+    return [1, 2]
+
+
+def test_fixture(data):
+    assert window(data) == []
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_parametrized(n):
+    assert window([n])
+
+
+def test_unknown_name():
+    assert window(MISSING)
+
+
+class TestBox:
+    def test_in_class(self):
+        assert window([])
+
+
+def test_standalone():
+    # the helper and the constant it reads come along
+    assert pairs(3) == [(0, 1), (1, 2)]
+    assert h.size() == 2
+"""
+
+
+def test_a_test_stands_alone_with_its_imports_and_the_helpers_it_uses() -> None:
+    script = standalone(TESTS, "test_standalone")
+    assert script is not None
+    assert script.startswith("import pytest\nfrom pkg.core import window\nfrom pkg import helpers")
+    assert "LIMIT = 3" in script and "def pairs(n):" in script
+    assert script.endswith("    assert h.size() == 2\n\n\ntest_standalone()\n")
+    assert "def data" not in script and "test_fixture" not in script
+    for test in ("test_fixture", "test_parametrized", "test_unknown_name", "test_in_class"):
+        assert standalone(TESTS, test) is None, test
+    assert standalone("def test_x(:\n", "test_x") is None
+
+
+def _bug(failing: list[str], messages: dict[str, str]) -> Bug:
+    return Bug("pkg/core.py", "remove_loop", 0, 42, "", failing, [], messages)
+
+
+def test_the_statement_quotes_failures_and_pastes_the_first_test_that_stands_alone() -> None:
+    failing = [
+        "tests/test_core.py::test_fixture",
+        "tests/test_core.py::TestBox::test_in_class",
+        "tests/test_core.py::test_parametrized[1]",
+        *(f"tests/test_core.py::test_{i}" for i in range(3)),
+        "tests/test_core.py::test_standalone",
+    ]
+    messages = {
+        failing[0]: "assert <object at 0x7f169f1ccc90> == 1",
+        failing[1]: 'File "/testbed/pkg/core.py", line 42, in window',
+        failing[2]: "ValueError: see line 42",
+    }
+    text = problem_statement("acme/widget", _bug(failing, messages), {"tests/test_core.py": TESTS})
+    assert text.startswith("Regression in widget: 7 test(s) now fail\n")
+    assert "`tests/test_core.py::test_fixture`: assert <object at 0x...> == 1" in text
+    assert "- `tests/test_core.py::TestBox::test_in_class`\n" in text  # its message named the file
+    assert "- `tests/test_core.py::test_parametrized[1]`\n" in text  # and this one the line
+    assert "test_1`" in text and "test_2`" not in text and "... and 2 more" in text
+    assert "it is `tests/test_core.py::test_standalone` on its own" in text
+    assert reproduction(text) == standalone(TESTS, "test_standalone")  # what the teacher runs
+    assert not re.search(r"(?<![\w.-])core\.py|line 42", text)
+    without = problem_statement("acme/widget", _bug(failing[:3], {}), {})
+    assert "```" not in without and "To reproduce" not in without
+
+
+def test_demo_statements_never_say_where_the_bug_is() -> None:
+    rows = load_instances(DEMO).raise_for_errors()
+    reproduced = 0
+    for row in rows:
+        text = row.problem_statement
+        assert "Traceback" not in text, row.instance_id
+        for patched in PatchSet(row.patch):
+            tail = re.escape(patched.path.rsplit("/", 1)[-1])  # parse.py, or .../itertoolz.py
+            assert not re.search(rf"(?<![\w.-]){tail}(?![\w-])", text), row.instance_id
+            for hunk in patched:
+                for line in range(hunk.source_start, hunk.source_start + hunk.source_length):
+                    assert not re.search(rf"\bline {line}\b|\.py:{line}\b", text), row.instance_id
+        assert row.FAIL_TO_PASS[0] in text
+        reproduced += "```python\n" in text
+    assert reproduced >= len(rows) // 2, reproduced  # cachetools' tests are all in classes
