@@ -21,13 +21,12 @@ from conftest import cli_commands
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
 # a script named like its benchmark would shadow a dependency (swebench, ray) or say less
-RENAMED = {"swebench_rows": "swebench", "ray_cluster": "ray", "prefect_pipeline": "pipeline",
-           "sft_served": "sft-served"}  # fmt: skip
+RENAMED = {"swebench_rows": "swebench", "ray_cluster": "ray", "prefect_pipeline": "pipeline"}
 # quick runs longer than a few minutes on 2 cores (benchmarks/README.md has the times)
 NOT_QUICK = {
     "sft": "4 trainings of SmolLM2-135M (torchtune and TRL, twice each): over 20 min",
     "rl": "4 GRPO steps of SmolLM2-135M, 4 episodes each: over 20 min",
-    "sft-served": "an SFT run, then vLLM serving two models in turn for agent runs",
+    "learn": "golden trajectories, SFT, GRPO, then vLLM serving three models in turn: hours",
 }
 
 

@@ -218,22 +218,6 @@ def bench_sft(
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
-@bench_app.command("sft-served")
-def bench_sft_served(
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
-    quick: bool = typer.Option(False, help="4 eval and 2 train tasks, 8 SFT steps."),
-) -> None:
-    """Base vs fine-tuned SmolLM2 served by vLLM: valid actions, submissions, resolve rate.
-
-    Example:
-      sweflow bench sft-served --json --quick
-    """
-    from sweflow.bench.sft_served import run
-
-    work_starts("fine-tune SmolLM2 and serve both models with vLLM")
-    _emit(run(quick=quick, progress=_progress), json_out)
-
-
 @bench_app.command("learn")
 def bench_learn(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
@@ -250,6 +234,7 @@ def bench_learn(
     """
     from sweflow.bench.learn import run
 
+    work_starts("collect golden trajectories, fine-tune and RL-train SmolLM2, serve each model")
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
