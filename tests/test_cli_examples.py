@@ -79,7 +79,7 @@ def _argv(example: str, root: Path, instance_ids: list[str]) -> list[str]:
     """The example's arguments: repository paths absolute, absolute paths moved into ``root``,
     the placeholder instance ids (``-i A,B``) made real ones."""
     argv = []
-    for arg in shlex.split(example)[1:]:
+    for arg in shlex.split(example, comments=True)[1:]:
         if arg == "A,B":
             arg = ",".join(instance_ids[:2])
         elif arg.startswith(("/", "~")):
