@@ -70,6 +70,25 @@ def tree_snapshot(root: Path, contents: bool = True) -> dict[str, tuple]:
     return snap
 
 
+def cli_commands() -> list[tuple[tuple[str, ...], object]]:
+    """Every leaf command of ``sweflow`` with its path, e.g. (("env", "build"), <Command>)."""
+    import typer.main
+
+    from sweflow.cli import app
+
+    def walk(group, path: tuple[str, ...]) -> list:
+        found = []
+        for name, command in group.commands.items():  # typer's groups hold ``commands``
+            found += (
+                walk(command, (*path, name))
+                if hasattr(command, "commands")
+                else [((*path, name), command)]
+            )
+        return found
+
+    return walk(typer.main.get_command(app), ())
+
+
 def hand_upper(store, files: dict[str, bytes]) -> Path:
     """An upper of the LayerStore ``store`` holding ``files`` (relative path -> bytes), made by
     hand: a layer to commit without running a sandbox."""

@@ -62,11 +62,16 @@ def test_a_few_steps_lower_the_loss_and_the_checkpoint_loads(tiny_smollm2, sft_j
 
 
 def test_lora_trains_and_publishes_merged_weights(tiny_smollm2, sft_jsonl, tmp_path):
-    config = SFTConfig(**FAST, method="lora", lora_rank=4, max_steps_per_epoch=2)
+    config = SFTConfig(**FAST, method="lora", lora_rank=4, heldout_fraction=0.5, seed=4)
     result = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", config)
-    assert result.recipe == "lora_finetune_single_device" and result.steps == 2
-    train = sft_data.load_examples(tmp_path / "data" / "train.jsonl")
+    train = sft_data.load_examples(tmp_path / "data" / "train.jsonl")  # 1 conversation held out
+    # batch 1: a step per sequence (a long conversation is several windows)
+    assert result.recipe == "lora_finetune_single_device" and result.steps == len(train)
     assert mean_loss(tmp_path / "model", train) < mean_loss(tiny_smollm2, train)
+    # the card was written before the held-out loss after training was measured, without it
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert f"| held-out loss after | {result.heldout_loss_after} |" in card
+    assert result.heldout_loss_after is not None
 
 
 def test_a_killed_run_resumes_from_its_last_epoch(tiny_smollm2, sft_jsonl, tmp_path):
@@ -132,6 +137,20 @@ def test_bad_lines_are_named_and_overlength_is_counted(tiny_smollm2, sft_jsonl, 
                          overlength="skip")  # fmt: skip
 
 
+def test_token_counts_are_the_train_splits_that_throughput_divides(
+    tiny_smollm2, sft_jsonl, tmp_path
+):
+    """tokens_per_s divides the tokens by the train examples: held-out tokens were counted in."""
+    encoder = ChatEncoder(tiny_smollm2)
+    _, heldout, report = sft_data.prepare(sft_jsonl, encoder, tmp_path, max_seq_len=8192,
+                                          overlength="truncate", heldout_fraction=0.5,
+                                          seed=4)  # fmt: skip
+    train = sft_data.load_examples(tmp_path / "train.jsonl")
+    assert heldout is not None and report.heldout_examples and len(train) == report.examples
+    assert report.tokens == sum(len(e.tokens) for e in train)
+    assert report.trained_tokens == sum(label != IGNORE for e in train for label in e.labels)
+
+
 @pytest.fixture
 def longest(tiny_smollm2, sft_jsonl, tmp_path):
     """The longest replay alone in a data file: (its record, the file, an encoder, its tokens)."""
@@ -193,6 +212,40 @@ def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):
         app, ["train", "sft", "--data", str(empty), "-m", str(tiny_smollm2), "-o", str(tmp_path)]
     )
     assert result.exit_code == 2 and "no resolved trajectories" in result.output
+
+
+@pytest.mark.parametrize(
+    "lines, named",
+    [
+        (["garbage", '{"messages": [{"content": "x"}]}'],
+         ["line 1: not JSON", "line 2: message 1 has no role"]),
+        (['{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": null},'
+          ' {"role": "assistant", "content": "ok"}]}'],
+         ["line 1: message 2 (user) has null content"]),
+    ],
+    ids=["garbage and no roles", "null content"],
+)  # fmt: skip
+def test_data_no_line_of_which_can_train_names_each_line(tiny_smollm2, tmp_path, lines, named):
+    """Both said "no resolved trajectories... collect with a stronger teacher" (or, for null
+    content, "raise sft.max_seq_len") without naming a line."""
+    data = tmp_path / "sft.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    argv = ["train", "sft", "--data", str(data), "-m", str(tiny_smollm2), "-o", str(tmp_path / "o")]
+    result = CliRunner().invoke(app, argv)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in said, said
+    assert all(line in said for line in named) and "max_seq_len" not in said, said
+
+
+def test_null_content_is_the_openai_form_of_a_turn_that_only_calls_tools(tmp_path):
+    call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "fix it"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]}) + "\n")  # fmt: skip
+    report = sft_data.DataReport()
+    assert len(sft_data.read_records(data, report)) == 1 and not report.malformed
 
 
 def test_an_architecture_torchtune_cannot_build_is_named(tmp_path):

@@ -31,6 +31,7 @@ from sweflow.grading.predictions import Prediction
 from sweflow.grading.reward import PATCH_FILE, Grader, RewardResult
 from sweflow.harness.runlog import RunLog
 from sweflow.instances import Instance
+from sweflow.paths import check_name
 
 if TYPE_CHECKING:
     from sweflow.cluster.environments import BuildWork
@@ -102,6 +103,7 @@ def evaluate(
 ) -> RunSummary:
     """Grade every prediction (bounded concurrency, on ``executor``: this process's threads by
     default), then write the run's summary files."""
+    check_name(run_id, "run id")
     if not predictions:
         raise SweflowError("no predictions to evaluate")
     by_id = {i.instance_id: i for i in instances}

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.agent.config import AgentConfig, SamplingConfig, ServedTeacher, Teacher
+from sweflow.configfile import FolderName
 from sweflow.envcache.dataset import dataset_specs
 from sweflow.sandbox.backends import DEFAULT_BACKEND
 from sweflow.sandbox.spec import BackendName
@@ -150,7 +151,7 @@ class ReportSection(Section):
 
 
 class EvalSection(Section):
-    run_id: str = "pipeline"
+    run_id: FolderName = Field("pipeline", description="names the run's report and log folders")
     max_workers: int = Field(2, ge=1)
     timeout_s: float = Field(1800.0, gt=0)
     tamper_guard: bool = Field(
