@@ -302,7 +302,8 @@ def test_agent_runs_on_the_cluster_leave_the_files_of_a_local_run(
         return {k: v for k, v in summary.items() if k not in ("outputs", "prompt_tokens")}
 
     assert figures(on_ray) == figures(local)
-    assert figures(local)["runs"] == 8 and figures(local)["resolved"] == figures(local)["submitted"] >= 6
+    counts = figures(local)  # every run the teacher submits resolves (it declines cachetools')
+    assert counts["runs"] == 8 and counts["resolved"] == counts["submitted"] >= 6
     assert _names(on_ray) == _names(local)
     for path in sorted((local / "trajectories").rglob("run-*.json")):
         here, there = Trajectory.load(path), Trajectory.load(on_ray / path.relative_to(local))
