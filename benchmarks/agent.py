@@ -1,11 +1,12 @@
-"""Agent benchmark (``python benchmarks/agent.py [--quick]``): the same as
-``sweflow bench agent --json``; prints the agent's own time per step (everything but a fixed
-model latency) and rollouts per minute at concurrency 1, 8 and 32 against the ideal.
+"""Agent benchmark: ``python benchmarks/agent.py [OPTIONS]`` is ``sweflow bench agent --json
+[OPTIONS]`` (``--help`` lists them). It prints one JSON object: the agent's own time per step
+(everything but a fixed model latency) and rollouts per minute at concurrency 1, 8 and 32
+against the ideal.
+
+The method is in sweflow/bench/agent.py.
 """
 
-import sys
-
-from sweflow.cli import app
+from sweflow.cli.bench import run_script
 
 if __name__ == "__main__":
-    app(["bench", "agent", "--json", *sys.argv[1:]])
+    run_script("agent")

@@ -1,15 +1,12 @@
-"""CLI start-up benchmark: `sweflow bench cli` without the CLI's own start-up in the way.
+"""CLI start-up benchmark: ``python benchmarks/cli.py [OPTIONS]`` is ``sweflow bench cli --json
+[OPTIONS]`` (``--help`` lists them). It prints one JSON object: p50/p90 wall seconds of `sweflow
+--help`, `sweflow version` and `sweflow sandbox run true` as fresh processes, interleaved with
+`python -c pass`.
 
-``python benchmarks/cli.py [--quick]`` runs ``sweflow --help``, ``sweflow version`` and
-``sweflow sandbox run true`` as fresh processes, interleaved with ``python -c pass``, and prints
-one JSON object: p50/p90 wall seconds per command and the p50 over the baseline.
+The method is in sweflow/bench/cli.py.
 """
 
-import json
-import sys
-
-from sweflow.bench.cli import run
+from sweflow.cli.bench import run_script
 
 if __name__ == "__main__":
-    report = run(quick="--quick" in sys.argv, progress=lambda line: print(line, file=sys.stderr))
-    print(json.dumps(report, indent=2))
+    run_script("cli")

@@ -1,18 +1,12 @@
-"""RL benchmark: `sweflow bench rl` without the CLI.
+"""RL benchmark: ``python benchmarks/rl.py [OPTIONS]`` is ``sweflow bench rl --json [OPTIONS]``
+(``--help`` lists them). It prints one JSON object: the RL step's time split (generation /
+environment / update), rollouts per minute, the reward of the first and last quarter, and
+sandbox + reward seconds per rollout.
 
-``python benchmarks/rl.py [--quick]`` builds demo train environments, times the environment work
-of one rollout (the same actions in a fresh sandbox, then the grading) with the local and the
-docker backend against the bare tests, runs a few GRPO steps of SmolLM2-135M-Instruct (briefly
-fine-tuned on golden trajectories) with the trl backend, and prints one JSON object: the per-step
-time split, env_share_of_step, rollouts per minute and the mean reward of the first and last
-quarter of the steps (see sweflow/bench/rl.py for the method).
+The method is in sweflow/bench/rl.py.
 """
 
-import json
-import sys
-
-from sweflow.bench.rl import run
+from sweflow.cli.bench import run_script
 
 if __name__ == "__main__":
-    report = run(quick="--quick" in sys.argv, progress=lambda line: print(line, file=sys.stderr))
-    print(json.dumps(report, indent=2))
+    run_script("rl")

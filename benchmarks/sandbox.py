@@ -1,14 +1,12 @@
-"""Sandbox benchmark: local vs docker vs e2b on one rootfs (``python benchmarks/sandbox.py
-[--quick] [--backends local,docker,e2b]``).
+"""Sandbox benchmark: ``python benchmarks/sandbox.py [OPTIONS]`` is ``sweflow bench sandbox --json
+[OPTIONS]`` (``--help`` lists them). It prints one JSON object: open+exec+close latency, exec
+overhead, idle memory and leaks: local vs docker vs e2b on one rootfs (the e2b figures go
+through sweflow's E2B endpoint on loopback).
 
-The same as ``sweflow bench sandbox --json``; prints medians, p95s, the ratios against local,
-exec overhead over a bare subprocess.run, idle memory with many sandboxes open, and leaks. The
-e2b figures go through sweflow's E2B endpoint on loopback: a cloud adds its network round trip.
+The method is in sweflow/bench/sandbox.py.
 """
 
-import sys
-
-from sweflow.cli import app
+from sweflow.cli.bench import run_script
 
 if __name__ == "__main__":
-    app(["bench", "sandbox", "--json", *sys.argv[1:]])
+    run_script("sandbox")

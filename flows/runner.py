@@ -13,16 +13,17 @@ from pathlib import Path
 
 from prefect.filesystems import LocalFileSystem
 
-from sweflow.pipeline.config import PipelineConfig, load_pipeline_config
+from sweflow.pipeline.config import PipelineConfig, check_config, load_pipeline_config
 from sweflow.pipeline.registry import BY_NAME
 from sweflow.pipeline.stages.common import stage_inputs
 from tasks import stage_tasks
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+ROOT = Path(__file__).resolve().parent.parent  # where the bundled deployments run
+DEFAULT_CONFIG = ROOT / "configs" / "demo.yaml"
 
 
 def default_config() -> PipelineConfig:
-    return load_pipeline_config(DEFAULT_CONFIG)
+    return load_pipeline_config(DEFAULT_CONFIG, root=ROOT)
 
 
 def result_storage(config: PipelineConfig) -> str:
@@ -34,7 +35,11 @@ def result_storage(config: PipelineConfig) -> str:
 
 
 def run_pipeline(config: PipelineConfig, targets: Sequence[str]) -> dict[str, dict]:
-    """Run ``targets`` and what they read from, in order; each stage is one cached task."""
+    """Run ``targets`` and what they read from, in order; each stage is one cached task.
+
+    A config that cannot work (a form's values are checked only by type) fails the flow here,
+    before any task: no stage is retried for it."""
+    check_config(config, Path.cwd())
     storage = result_storage(config)
     forced = config.forced()
     results: dict[str, dict] = {}

@@ -28,6 +28,11 @@ start=$(date +%s)
 rc=0
 prefect deployment run end-to-end/demo --watch --watch-interval 1 "${params[@]}" || rc=$?
 echo
+if [[ -f runs/demo/report/summary.txt ]]; then
+  echo "what the run did and learned:"
+  cat runs/demo/report/summary.txt
+  echo
+fi
 echo "pipeline: $(( $(date +%s) - start )) s, exit $rc"
 echo "Prefect UI:      http://127.0.0.1:4200   (server and worker logs: $STATE)"
 echo "reports:         $ROOT/runs/demo/eval (swebench summary + Markdown), runs/demo/validate/validation.md"

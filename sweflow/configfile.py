@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 from sweflow.errors import SweflowError
+from sweflow.paths import name_problem
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def _one_folder_name(value: str) -> str:
+    if (problem := name_problem(value)) is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A field whose value names a folder or a file (an instance id, a run id): one path component.
+FolderName = Annotated[str, AfterValidator(_one_folder_name)]
 
 
 def describe(exc: ValidationError) -> str:

@@ -70,6 +70,35 @@ def tree_snapshot(root: Path, contents: bool = True) -> dict[str, tuple]:
     return snap
 
 
+def cli_commands() -> list[tuple[tuple[str, ...], object]]:
+    """Every leaf command of ``sweflow`` with its path, e.g. (("env", "build"), <Command>)."""
+    import typer.main
+
+    from sweflow.cli import app
+
+    def walk(group, path: tuple[str, ...]) -> list:
+        found = []
+        for name, command in group.commands.items():  # typer's groups hold ``commands``
+            found += (
+                walk(command, (*path, name))
+                if hasattr(command, "commands")
+                else [((*path, name), command)]
+            )
+        return found
+
+    return walk(typer.main.get_command(app), ())
+
+
+def hand_upper(store, files: dict[str, bytes]) -> Path:
+    """An upper of the LayerStore ``store`` holding ``files`` (relative path -> bytes), made by
+    hand: a layer to commit without running a sandbox."""
+    upper = store.new_upper()
+    for name, data in files.items():
+        (upper / name).parent.mkdir(parents=True, exist_ok=True)
+        (upper / name).write_bytes(data)
+    return upper
+
+
 # -- local sandbox helpers (tests/test_sandbox_{local,security,soak}.py) -----------------------
 
 
@@ -253,6 +282,7 @@ def sweflow_serve(model: Path, name: str, log_dir: Path):
     log = log_dir / f"serve-{name}.out"
     argv = [sys.executable, "-m", "sweflow.cli", "serve", "--model", str(model)]
     argv += ["--port", str(port), "--served-name", name, "--max-model-len", "4096"]
+    argv += ["--vllm-arg=--trust-request-chat-template"]  # /tokenize with a test template
     with log.open("w") as out:
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "400"}

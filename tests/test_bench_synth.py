@@ -1,27 +1,21 @@
-"""benchmarks/synth.py --report: the throughput figures of a finished synthesis, from its report."""
+"""sweflow bench synth --report: the throughput figures of a finished synthesis, from its report."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
+from sweflow.bench.synth import from_report
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_synth", ROOT / "benchmarks" / "synth.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_report_gives_throughput_yield_and_the_split(tmp_path: Path) -> None:
     report = tmp_path / "tasks.report.json"
     shutil.copy(ROOT / "data" / "demo" / "tasks.report.json", report)
     (tmp_path / "split.json").write_text(json.dumps({"by": "repo", "eval": ["pypi/toolz"]}))
-    figures = _bench().from_report(report)
+    figures = from_report(report)
     rows = json.loads(report.read_text())
     assert figures["valid_tasks"] == sum(len(r["tasks"]) for r in rows) == 36
     assert figures["split"] == {

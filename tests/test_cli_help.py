@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import pytest
-import typer.main
+from conftest import cli_commands
 from typer.testing import CliRunner
 
 from sweflow.cli import app
 
 runner = CliRunner()
-
-
-def _commands(group, path: tuple[str, ...] = ()) -> list:
-    """Every leaf command under ``group`` with its path (typer's groups hold ``commands``)."""
-    found = []
-    for name, command in group.commands.items():
-        if hasattr(command, "commands"):
-            found += _commands(command, (*path, name))
-        else:
-            found.append(((*path, name), command))
-    return found
-
-
-COMMANDS = _commands(typer.main.get_command(app))  # type: ignore[arg-type]
+COMMANDS = cli_commands()
 
 
 def test_the_walk_finds_the_whole_tree() -> None:

@@ -107,3 +107,83 @@ def test_synth_names_an_unknown_operator(tmp_path: Path) -> None:
     said = _refused([*argv, "--operators", "nope"], "unknown operator(s) ['nope']", "off_by_one")
     assert "synth options: operators" in said
     assert not (tmp_path / "t.jsonl").exists()
+
+
+@pytest.mark.parametrize("run_id", ["../../etc/x", "", "..", "a\nb"])
+def test_run_ids_that_are_not_one_folder_name_are_refused(tmp_path: Path, run_id: str) -> None:
+    """``--run-id ../../etc/x`` wrote outside the report folder, then raised; '' was taken."""
+    argv = ["eval", "-d", str(DEMO), "--store", str(tmp_path / "s"), "-p", "gold"]
+    _refused([*argv, "--run-id", run_id, "--report-dir", str(tmp_path / "r")],
+             "--run-id", "it becomes a folder name")  # fmt: skip
+    assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
+
+
+def test_names_that_become_paths_are_checked_wherever_they_come_from(tmp_path: Path) -> None:
+    """An instance id or a model name from a file, a run id from a config or a library call."""
+    from sweflow.grading.evaluate import evaluate
+    from sweflow.grading.predictions import load_predictions
+    from sweflow.instances import load_instances
+    from sweflow.pipeline.config import PipelineConfigError, load_pipeline_config
+
+    row = json.loads((DEMO / "tasks.jsonl").read_text().splitlines()[0])
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({**row, "instance_id": "../../x"}) + "\n" + json.dumps(row) + "\n")
+    loaded = load_instances(tasks)
+    assert [i.instance_id for i in loaded.instances] == [row["instance_id"]]
+    assert "contains '/'" in str(loaded.errors[0]) and "instance_id" in str(loaded.errors[0])
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(json.dumps({"instance_id": row["instance_id"], "model_patch": "",
+                                 "model_name_or_path": ".."}) + "\n")  # fmt: skip
+    read = load_predictions(preds, loaded.instances)
+    assert not read.items and "model_name_or_path" in read.errors[0], read.errors
+    with pytest.raises(ConfigError, match="run id '..' is not a name"):
+        evaluate(None, loaded.instances, [], "..")  # type: ignore[arg-type]
+    config = tmp_path / "c.yaml"
+    config.write_text(f"run_dir: {tmp_path / 'run'}\ndataset: {{path: {tasks}}}\n")
+    with pytest.raises(PipelineConfigError, match="eval.run_id"):
+        load_pipeline_config(config, ["eval.run_id=a/b"])
+    _refused(["env", "shell", "../x", "--store", str(tmp_path / "s")], "it becomes a folder name")
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1"])
+def test_sandbox_run_refuses_a_timeout_that_is_no_limit(timeout: str) -> None:
+    """0 ran with no timeout at all; -1 ran and then said "timed out after -1.0 s"."""
+    _refused(["sandbox", "run", "--base", "host", "--timeout", timeout, "true"],
+             "--timeout", "must be greater than 0")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "sft", "--data", "{file}", "-o", "{file}"],
+        ["train", "rl", "-d", str(DEMO), "--store", "{store}", "-o", "{file}"],
+        ["collect", "-d", str(DEMO), "--store", "{store}", "--teacher", "replay", "-o", "{file}"],
+        ["model", "prepare", "smollm2-135m-instruct", "--out", "{file}"],
+    ],
+    ids=["train sft", "train rl", "collect", "model prepare"],
+)
+def test_an_output_folder_that_is_a_file_is_refused(tmp_path: Path, argv: list[str]) -> None:
+    """``train sft -o FILE`` was a FileExistsError traceback."""
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    argv = [a.replace("{file}", str(afile)).replace("{store}", str(tmp_path / "s")) for a in argv]
+    _refused(argv, "is a file, not a folder")
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "sft", "--data", "{file}", "-o", "{out}", "-m", "no-such-model"],
+        ["train", "rl", "-d", str(DEMO), "--store", "{out}", "-o", "{out}", "-m", "no-such-model"],
+        ["serve", "--model", "no-such-model"],
+    ],
+    ids=["train sft", "train rl", "serve"],
+)
+def test_a_model_named_like_nothing_is_refused_before_any_work(tmp_path: Path, argv) -> None:
+    """It was found out after the data was read, the dataset built or vLLM set up."""
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    argv = [a.replace("{file}", str(afile)).replace("{out}", str(tmp_path / "o")) for a in argv]
+    _refused(argv, "'no-such-model' is not a Hugging Face folder")
+    assert not (tmp_path / "o").exists()

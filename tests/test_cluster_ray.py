@@ -254,7 +254,10 @@ def test_the_pipeline_stages_run_on_the_cluster(cluster, demo, tmp_path: Path) -
     upstream = {"build_envs": built.to_dict(), "validate_envs": validated.to_dict()}
     ctx = StageContext(config, upstream, lambda *a: lines.append(a[2]))
     collected = BY_NAME["collect_trajectories"].function()(ctx)  # the runs are Ray tasks
-    assert (collected.counts["runs"], collected.counts["resolved"]) == (4, 4)
+    # the imitable teacher declines a task no clue leads to (cachetools here): each run it does
+    # submit resolves
+    counts = collected.counts
+    assert counts["runs"] == 4 and counts["resolved"] == counts["submitted"] >= 2, counts
     assert collected.markdown.startswith("Ran on ray: ") and "| node |" in collected.markdown
     ids = [i.instance_id for i in instances[:2]]  # rl's trainer runs here: fetched
     assert not any(LayerStore(config.store()).has_instance(i) for i in ids)
@@ -299,7 +302,8 @@ def test_agent_runs_on_the_cluster_leave_the_files_of_a_local_run(
         return {k: v for k, v in summary.items() if k not in ("outputs", "prompt_tokens")}
 
     assert figures(on_ray) == figures(local)
-    assert figures(local)["runs"] == 8 and figures(local)["resolved"] == 8
+    counts = figures(local)  # every run the teacher submits resolves (it declines cachetools')
+    assert counts["runs"] == 8 and counts["resolved"] == counts["submitted"] >= 6
     assert _names(on_ray) == _names(local)
     for path in sorted((local / "trajectories").rglob("run-*.json")):
         here, there = Trajectory.load(path), Trajectory.load(on_ray / path.relative_to(local))

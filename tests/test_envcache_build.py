@@ -23,7 +23,7 @@ from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import Prepared, judge, validate
 from sweflow.errors import SweflowError
 from sweflow.harness.evalscript import EvalRun
-from sweflow.harness.specs import load_specs
+from sweflow.harness.specs import SpecTable, load_specs
 from sweflow.instances import Instance, load_instances
 from sweflow.sandbox import open_sandbox
 
@@ -144,6 +144,26 @@ def test_validation_of_an_unbuilt_instance_names_the_build_log(tmp_path: Path) -
     )
 
 
+def test_an_instance_built_from_another_spec_is_built_again(builder, built, instances) -> None:
+    """Its manifest records what it was built from: after a spec edit, the next build (of env
+    build, env validate, eval, the pipeline's build stage) builds it again, naming why; an edit
+    of what only the tests read (test_cmd) rebuilds nothing."""
+    row = instances[0].model_copy(update={"instance_id": "edited-spec"})
+    assert [r.status for r in builder.build([row])] == ["built"]
+    spec = builder.specs.get(REPO, row.version)
+    spec = spec.model_copy(update={"install": spec.install + " && echo v2 > .v2"})
+    edited = EnvBuilder(SpecTable({REPO: {row.version: spec}}), builder.options)
+    [result] = edited.build([row])
+    assert result.status == "built", result.error
+    first = Path(result.log_path).read_text().splitlines()[0]
+    assert "built from other inputs than its row and spec give now (build_digest" in first
+    with open_sandbox(edited.sandbox_spec(row.instance_id)) as sb:
+        assert sb.exec("cat /testbed/.v2").output == "v2\n"
+    spec = spec.model_copy(update={"test_cmd": "pytest -x"})
+    tests_only = EnvBuilder(SpecTable({REPO: {row.version: spec}}), builder.options)
+    assert [r.status for r in tests_only.build([row])] == ["cached"]
+
+
 def test_cli_build_validate_and_gc(mirror: Path, wheelhouse: Path, tmp_path: Path, instances):
     runner = CliRunner()
     store, out, report = tmp_path / "store", tmp_path / "valid.jsonl", tmp_path / "report"
@@ -168,7 +188,12 @@ def test_cli_build_validate_and_gc(mirror: Path, wheelhouse: Path, tmp_path: Pat
     result = runner.invoke(app, ["env", "gc", "--store", str(store)])
     assert result.exit_code == 0, result.output
     assert LayerStore(store).has_instance(first)  # gc keeps what manifests reference
-    gc(LayerStore(store), keep_instances=set())  # drop everything: images are unmounted
+    other = tmp_path / "other.jsonl"  # a dataset without the instance: validated just now, kept
+    other.write_text(instances[1].model_dump_json() + "\n")
+    result = runner.invoke(app, ["env", "gc", "--store", str(store), "-d", str(other)])
+    assert result.exit_code == 0, result.output
+    assert f"kept manifest {first}: in use" in result.stdout and "run gc again" in result.stdout
+    gc(LayerStore(store), keep_instances=set(), grace_s=0)  # drop all: images are unmounted
     with open("/proc/self/mountinfo") as f:
         assert str(store) not in f.read()
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import hand_upper
 
 from sweflow.envcache.cleanup import gc, store_usage
 from sweflow.envcache.store import LayerStore, StoreError
@@ -68,14 +69,6 @@ def run(layers: list[Path], script: str) -> str:
         result = sb.exec(script)
     assert result.ok, result.output
     return result.output
-
-
-def hand_upper(store: LayerStore, files: dict[str, bytes]) -> Path:
-    upper = store.new_upper()
-    for name, data in files.items():
-        (upper / name).parent.mkdir(parents=True, exist_ok=True)
-        (upper / name).write_bytes(data)
-    return upper
 
 
 def all_xattrs(root: Path) -> set[str]:

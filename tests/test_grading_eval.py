@@ -71,3 +71,29 @@ def test_eval_writes_the_harness_layout_and_resumes(grading_data, tmp_path, monk
     summary = json.loads(Path("reports/org__m.r1.json").read_text())
     assert summary["resolved_ids"] == []
     assert summary["error_ids"] == sorted([first.instance_id, third.instance_id])
+
+
+def test_a_patch_the_tamper_guard_refuses_is_unresolved_logged_and_resumed(
+    grading_data, tmp_path, monkeypatch
+) -> None:
+    """Refusals were reported as "error", wrote no logs and were graded again on a re-run."""
+    monkeypatch.chdir(tmp_path)
+    first = grading_data.instances[0]
+    preds = tmp_path / "preds.jsonl"
+    hack = first.patch + first.test_patch  # it edits the tests
+    preds.write_text(json.dumps({"instance_id": first.instance_id, "model_name_or_path": "m",
+                                 "model_patch": hack}) + "\n")  # fmt: skip
+    argv = ["eval", "-d", str(grading_data.dataset), "-p", str(preds), "--run-id", "g",
+            "--store", str(grading_data.store), "-i", first.instance_id,
+            "--tamper-guard"]  # fmt: skip
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(Path("m.g.json").read_text())
+    assert summary["unresolved_ids"] == [first.instance_id] and not summary["error_ids"]
+    run = LOGS / "g" / "m" / first.instance_id
+    assert json.loads((run / "report.json").read_text())[first.instance_id]["refused"] == (
+        "touches_tests"
+    )
+    assert "Refused by the tamper guard" in (run / "run_instance.log").read_text()
+    again = CliRunner().invoke(app, argv)
+    assert again.exit_code == 0 and "cached" in again.output, again.output

@@ -92,7 +92,7 @@ def test_sft_trains_the_run_model_and_infer_would_serve_it(config, results) -> N
     model = Path(sft["outputs"]["model"])
     assert (model / "config.json").is_file() and Path(sft["outputs"]["loss_plot"]).is_file()
     kept = results["collect_trajectories"]["counts"]["kept"]
-    assert sft["counts"]["examples"] == kept and sft["counts"]["steps"] == 2
+    assert sft["counts"]["examples"] >= kept and sft["counts"]["steps"] == 2  # windows, when split
     assert [row["step"] for row in sft["rows"]] == [1, 2]
     assert "torchtune's `full_finetune_single_device`" in sft["markdown"]
     assert newest_model({"sft": sft}) == model and newest_model({}) is None
@@ -124,3 +124,62 @@ def test_a_split_naming_nothing_is_refused(config, results) -> None:
     wrong = PipelineConfig(**{**config.model_dump(), "split": split})
     with pytest.raises(StageError, match=r"split.eval names repositories .*'pypi/nope'"):
         split_tasks(wrong, rows)
+
+
+def test_the_report_puts_the_base_model_beside_the_trained_one(config, results, tmp_path) -> None:
+    """The trained model's held-out runs (here a scripted endpoint that reads the first eval
+    task's gold file and submits) beside the base model's (the same endpoint, measured by the
+    stage and cached), with the run's other figures; a second report reads the cache."""
+    import asyncio
+
+    from sweflow.agent import Batch, ModelClient, ModelConfig
+    from sweflow.agent import jobs as agent_jobs
+    from sweflow.agent.config import AgentConfig
+    from sweflow.agent.scripted import scripted_endpoint
+    from sweflow.envcache.builder import instance_sandbox_spec
+    from sweflow.envcache.store import LayerStore
+    from sweflow.pipeline.stages.agents import split_rows
+    from sweflow.pipeline.stages.report import report
+
+    ctx = StageContext(config, {"validate_envs": results["validate_envs"]})
+    rows = split_rows(ctx, "eval", config.infer.limit)
+    gold = rows[0].patch.split(" b/", 1)[1].split("\n", 1)[0]
+    turns = [{"content": f"THOUGHT: read it.\n\n```bash\ncat {gold}\n```"},
+             {"content": "THOUGHT: done.\n\n```bash\nsubmit\n```"}]  # fmt: skip
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"scripts": [], "default": turns}))
+    cache = tmp_path / "baselines.json"
+    with scripted_endpoint(script) as (url, _):
+        scripted = config.model_copy(update={
+            "model": config.model.model_copy(update={"url": url, "name": "scripted"}),
+            "agent": config.agent.model_copy(update={"tool_mode": "text"}),
+            "report": config.report.model_copy(update={"baseline_cache": cache}),
+        })  # fmt: skip
+        store = LayerStore(scripted.store())
+
+        async def trained_runs() -> None:  # what infer would leave, from the same script
+            client = ModelClient(ModelConfig(base_url=url, model="scripted"))
+            batch = Batch(client=client, agent=AgentConfig(tool_mode="text"),
+                          out_dir=scripted.run_dir / "infer", max_open_sandboxes=2,
+                          spec_for=lambda r: instance_sandbox_spec(store, r.instance_id),
+                          )  # fmt: skip
+            await agent_jobs.infer(rows, batch, "scripted")
+            await client.close()
+
+        asyncio.run(trained_runs())
+        graded = {"rows": [{"instance": r.instance_id, "resolved": False} for r in rows]}
+        upstream = {**results, "evaluate": graded}
+        first = report(StageContext(scripted, upstream))
+    assert "base" in first.markdown or first.rows[0]["model"] == "trained"
+    summary = json.loads(Path(first.outputs["summary"]).read_text())
+    trained, base = summary["heldout"]["trained"], summary["heldout"]["base"]
+    assert trained["runs"] == base["runs"] == len(rows)
+    right = sum(r.patch.split(" b/", 1)[1].split("\n", 1)[0] == gold for r in rows)
+    assert trained["right_file"] == base["right_file"] == right > 0
+    assert trained["submitted_rate"] == base["submitted_rate"] == 1.0
+    assert summary["sft"] and summary["environments"]["valid"] == 6
+    text = Path(first.outputs["text"]).read_text()
+    assert "SFT loss:" in text and "right file" in text and "golden trajectories:" in text
+    assert list(json.loads(cache.read_text()).values()) == [base]
+    again = report(StageContext(scripted, upstream))  # the endpoint is gone: the cache answers
+    assert json.loads(Path(again.outputs["summary"]).read_text())["heldout"]["base"] == base

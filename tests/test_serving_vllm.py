@@ -77,6 +77,35 @@ def test_training_tokens_are_the_tokens_the_served_model_receives(
     assert checked >= 9
 
 
+def test_tool_call_conversations_render_as_vllm_renders_them(served, model_dir, tmp_path) -> None:
+    """A tool-call conversation under a template that writes the arguments with ``tojson`` (as
+    Qwen2.5's does): vLLM's own /tokenize (the request's template, tools, generation prompt)
+    gives exactly the tokens sweflow's training rendering gives, for every assistant turn, so
+    the arguments are one JSON object on both sides, never a string encoded twice."""
+    from test_training_chat import CONVERSATION, TOJSON_TEMPLATE, TOOLS
+
+    folder = tmp_path / "tojson"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (model_dir / name).exists():
+            (folder / name).write_bytes((model_dir / name).read_bytes())
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = TOJSON_TEMPLATE
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    encoder = ChatEncoder(folder)
+    url = served[0].removesuffix("/v1")
+    turns = [i for i, m in enumerate(CONVERSATION) if m["role"] == "assistant"]
+    encoded = encoder.encode(CONVERSATION, TOOLS)
+    for turn, length in zip(turns, encoded.prompt_lengths, strict=True):
+        body = {"model": "smollm2", "messages": CONVERSATION[:turn], "tools": TOOLS,
+                "chat_template": TOJSON_TEMPLATE, "add_generation_prompt": True}  # fmt: skip
+        assert post_json(f"{url}/tokenize", body)["tokens"] == encoded.tokens[:length], turn
+    whole = {"model": "smollm2", "messages": CONVERSATION, "tools": TOOLS,
+             "chat_template": TOJSON_TEMPLATE, "add_generation_prompt": False}  # fmt: skip
+    assert post_json(f"{url}/tokenize", whole)["tokens"] == encoded.tokens
+    assert '"arguments": {"command": "ls -la"}' in encoder.tokenizer.decode(encoded.tokens)
+
+
 def post_json(url: str, body: dict) -> dict:
     request = urllib.request.Request(url, json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})  # fmt: skip

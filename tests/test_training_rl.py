@@ -108,8 +108,13 @@ def test_trained_tokens_are_the_sampled_ones_and_observations_masked(policy, env
     encoder = ChatEncoder(policy)
     generator = LocalGenerator(model, encoder.tokenizer, temperature=1.0)
     rl = RLConfig(**SHORT)
-    torch.manual_seed(0)
-    episode = asyncio.run(run_episode(demo_replays[0].instances[0], env, encoder, generator, rl))
+    for seed in range(8):  # an episode of more than one reply: observations between them
+        torch.manual_seed(seed)
+        episode = asyncio.run(run_episode(demo_replays[0].instances[0], env, encoder, generator,
+                                          rl))  # fmt: skip
+        if episode.steps > 1:
+            break
+    assert episode.steps > 1, "eight sampled episodes ended after their first reply"
 
     assert not episode.infra_failure and episode.reward is not None
     n = len(episode.response_ids)

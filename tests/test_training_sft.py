@@ -39,8 +39,9 @@ def test_a_few_steps_lower_the_loss_and_the_checkpoint_loads(tiny_smollm2, sft_j
     steps = []
     result = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", config,
                        progress=lambda step, total, m: steps.append((step, total)))  # fmt: skip
-    assert steps == [(1, 3), (2, 3), (3, 3)]  # 3 conversations, batch 1: 3 steps in the epoch
     train = sft_data.load_examples(tmp_path / "data" / "train.jsonl")
+    n = min(len(train), 4)  # batch 1: a step per sequence (a long conversation is several)
+    assert len(train) == result.data["examples"] and steps == [(i, n) for i in range(1, n + 1)]
     before, after = mean_loss(tiny_smollm2, train), mean_loss(tmp_path / "model", train)
     print(f"loss on the training data: {before:.4f} -> {after:.4f}")
     assert after < before
@@ -50,22 +51,27 @@ def test_a_few_steps_lower_the_loss_and_the_checkpoint_loads(tiny_smollm2, sft_j
     card = (model / "README.md").read_text()
     assert "base_model:" in card and "full_finetune_single_device" in card
     record = json.loads((model / "sweflow_training.json").read_text())
-    assert record["steps"] == 3 and record["data"]["sources"] == {"replay": 3}
+    assert record["steps"] == n and record["data"]["sources"] == {"replay": 3}  # conversations
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert (tmp_path / "loss.png").read_bytes().startswith(b"\x89PNG")
     recipe = (tmp_path / "recipe.yaml").read_text()
     assert recipe.startswith("# full_finetune_single_device: re-run by hand with `")
     assert "device: cpu" in recipe and "dtype: fp32" in recipe
     again = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", config)
-    assert again.inputs_digest == result.inputs_digest and again.steps == 3  # found, not re-run
+    assert again.inputs_digest == result.inputs_digest and again.steps == n  # found, not re-run
 
 
 def test_lora_trains_and_publishes_merged_weights(tiny_smollm2, sft_jsonl, tmp_path):
-    config = SFTConfig(**FAST, method="lora", lora_rank=4, max_steps_per_epoch=2)
+    config = SFTConfig(**FAST, method="lora", lora_rank=4, heldout_fraction=0.5, seed=4)
     result = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", config)
-    assert result.recipe == "lora_finetune_single_device" and result.steps == 2
-    train = sft_data.load_examples(tmp_path / "data" / "train.jsonl")
+    train = sft_data.load_examples(tmp_path / "data" / "train.jsonl")  # 1 conversation held out
+    # batch 1: a step per sequence (a long conversation is several windows)
+    assert result.recipe == "lora_finetune_single_device" and result.steps == len(train)
     assert mean_loss(tmp_path / "model", train) < mean_loss(tiny_smollm2, train)
+    # the card was written before the held-out loss after training was measured, without it
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert f"| held-out loss after | {result.heldout_loss_after} |" in card
+    assert result.heldout_loss_after is not None
 
 
 def test_a_killed_run_resumes_from_its_last_epoch(tiny_smollm2, sft_jsonl, tmp_path):
@@ -131,18 +137,36 @@ def test_bad_lines_are_named_and_overlength_is_counted(tiny_smollm2, sft_jsonl, 
                          overlength="skip")  # fmt: skip
 
 
-def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(
+def test_token_counts_are_the_train_splits_that_throughput_divides(
     tiny_smollm2, sft_jsonl, tmp_path
 ):
-    """Cut to fit, a trajectory keeps its system and task messages and its latest turns (the
-    edit, the check, the submit), not its first turns."""
+    """tokens_per_s divides the tokens by the train examples: held-out tokens were counted in."""
+    encoder = ChatEncoder(tiny_smollm2)
+    _, heldout, report = sft_data.prepare(sft_jsonl, encoder, tmp_path, max_seq_len=8192,
+                                          overlength="truncate", heldout_fraction=0.5,
+                                          seed=4)  # fmt: skip
+    train = sft_data.load_examples(tmp_path / "train.jsonl")
+    assert heldout is not None and report.heldout_examples and len(train) == report.examples
+    assert report.tokens == sum(len(e.tokens) for e in train)
+    assert report.trained_tokens == sum(label != IGNORE for e in train for label in e.labels)
+
+
+@pytest.fixture
+def longest(tiny_smollm2, sft_jsonl, tmp_path):
+    """The longest replay alone in a data file: (its record, the file, an encoder, its tokens)."""
     record = max(map(json.loads, sft_jsonl.read_text().splitlines()),
                  key=lambda r: len(r["messages"]))  # fmt: skip
     data = tmp_path / "sft.jsonl"
     data.write_text(json.dumps(record) + "\n")
     encoder = ChatEncoder(tiny_smollm2)
-    whole = encoder.encode(record["messages"])
-    limit = len(whole.tokens) - 40
+    return record, data, encoder, len(encoder.encode(record["messages"]).tokens)
+
+
+def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(longest, tmp_path):
+    """Cut to fit, a trajectory keeps its system and task messages and its latest turns (the
+    edit, the check, the submit), not its first turns."""
+    record, data, encoder, length = longest
+    limit = length - 40
     _, _, report = sft_data.prepare(data, encoder, tmp_path / "out", max_seq_len=limit,
                                     overlength="truncate")  # fmt: skip
     assert report.truncated == 1
@@ -157,6 +181,28 @@ def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(
     assert trained.endswith(f"{replies[-1]}<|im_end|>")
 
 
+def test_an_overlong_conversation_is_split_into_windows_that_train_every_turn_once(
+    longest, tmp_path
+):
+    """The default: windows that keep the start and as much earlier context as fits, every
+    assistant turn trained once, the localisation turns as well as the fix."""
+    record, data, encoder, length = longest
+    limit = length * 2 // 3
+    _, _, report = sft_data.prepare(data, encoder, tmp_path / "out", max_seq_len=limit,
+                                    overlength="split")  # fmt: skip
+    rows = sft_data.load_examples(tmp_path / "out" / "train.jsonl")
+    assert report.split == 1 and len(rows) >= 2 and report.examples == len(rows)
+    head = encoder.render(record["messages"][:2], None, prompt=False)
+    trained = ""
+    for row in rows:
+        assert len(row.tokens) <= limit
+        assert encoder.tokenizer.decode(row.tokens).startswith(head)
+        kept = [t for t, label in zip(row.tokens, row.labels, strict=True) if label != IGNORE]
+        trained += encoder.tokenizer.decode(kept)
+    replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+    assert trained == "".join(f"{reply}<|im_end|>" for reply in replies)
+
+
 def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):
     empty = tmp_path / "sft.jsonl"
     empty.write_text("")
@@ -166,6 +212,40 @@ def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):
         app, ["train", "sft", "--data", str(empty), "-m", str(tiny_smollm2), "-o", str(tmp_path)]
     )
     assert result.exit_code == 2 and "no resolved trajectories" in result.output
+
+
+@pytest.mark.parametrize(
+    "lines, named",
+    [
+        (["garbage", '{"messages": [{"content": "x"}]}'],
+         ["line 1: not JSON", "line 2: message 1 has no role"]),
+        (['{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": null},'
+          ' {"role": "assistant", "content": "ok"}]}'],
+         ["line 1: message 2 (user) has null content"]),
+    ],
+    ids=["garbage and no roles", "null content"],
+)  # fmt: skip
+def test_data_no_line_of_which_can_train_names_each_line(tiny_smollm2, tmp_path, lines, named):
+    """Both said "no resolved trajectories... collect with a stronger teacher" (or, for null
+    content, "raise sft.max_seq_len") without naming a line."""
+    data = tmp_path / "sft.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    argv = ["train", "sft", "--data", str(data), "-m", str(tiny_smollm2), "-o", str(tmp_path / "o")]
+    result = CliRunner().invoke(app, argv)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in said, said
+    assert all(line in said for line in named) and "max_seq_len" not in said, said
+
+
+def test_null_content_is_the_openai_form_of_a_turn_that_only_calls_tools(tmp_path):
+    call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "fix it"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]}) + "\n")  # fmt: skip
+    report = sft_data.DataReport()
+    assert len(sft_data.read_records(data, report)) == 1 and not report.malformed
 
 
 def test_an_architecture_torchtune_cannot_build_is_named(tmp_path):

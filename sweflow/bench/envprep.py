@@ -25,13 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sweflow.bench import BenchError
+from sweflow.bench import REPO, BenchError
 from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
 from sweflow.envcache.cleanup import store_usage
+from sweflow.envcache.dataset import dataset_builder
 from sweflow.instances import Instance
 from sweflow.sandbox import open_sandbox
 
 READY = "cd /testbed && test -d .git"
+# numpy, pandas, scipy beside the project's own needs: an environment of a typical SWE-bench size
+REPRESENTATIVE_SPECS = REPO / "benchmarks" / "data" / "specs-representative.yaml"
 
 
 def _ms(seconds: float) -> float:
@@ -219,3 +222,19 @@ def run(
     if e2b:
         report.update(_e2b_ready(builder, ids, reps, progress))
     return report
+
+
+def with_representative(
+    real: dict[str, Any],
+    dataset: str | Path,
+    store: Path,
+    instances: list[Instance],
+    mirror: Path | None,
+    **options: Any,
+) -> dict[str, Any]:
+    """``real``'s figures, with the same instances timed again (``options``: :func:`run`'s) in
+    an environment grown to a typical SWE-bench size, built from the package index in a store of
+    its own beside ``store``: how each method scales with the environment's size."""
+    grown = dataset_builder(dataset, store.with_name(f"{store.name}-representative"),
+                            specs=REPRESENTATIVE_SPECS, mirror=mirror, max_workers=2)  # fmt: skip
+    return {**real, "real": real, "representative": run(grown, instances, **options)}

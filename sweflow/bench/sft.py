@@ -5,20 +5,26 @@ Data: the demo task set's golden trajectories, replayed from the gold patches th
 agent's tools in real sandboxes (parse and cachetools train, toolz is held out), rendered with
 SmolLM2-135M-Instruct's chat template. For a like-for-like throughput every training sequence is
 exactly ``SEQ_LEN`` tokens (conversations at least that long, truncated), batch 1, fp32 on the
-CPU, activation (gradient) checkpointing on, the same steps and learning rate for both trainers;
-tokens/s counts all tokens of the steady steps (the first, which loads and warms up, is left
-out). Peak RSS is each trainer's own process. Held-out loss: the mean loss on the assistant
-tokens of the toolz replays, through transformers, of the base model and of torchtune's result.
+CPU, activation (gradient) checkpointing on, the same steps, learning rate and optimizer for
+both trainers: TRL is given the implementation torchtune's recipe.yaml names (torch's AdamW, not
+fused on a CPU; TRL's default is the fused one). The two trainers run in turn, ``reps`` times
+each, so that machine noise hits both alike, and the figures are the medians. tokens/s counts all
+tokens of the steady steps (the first, which loads and warms up, is left out); peak RSS is each
+trainer's own process. Held-out loss: the mean loss on the assistant tokens of the toolz replays,
+through transformers, of the base model and of torchtune's first result.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 from sweflow.agent.jobs import replay_collect
 from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
@@ -28,7 +34,7 @@ from sweflow.training.chat import ChatEncoder
 from sweflow.training.sft import data as sft_data
 from sweflow.training.sft.config import SFTConfig
 from sweflow.training.sft.losses import mean_loss
-from sweflow.training.sft.train import train_sft
+from sweflow.training.sft.train import SFTResult, train_sft
 
 EVAL_REPO = "pypi/toolz"
 SEQ_LEN = 1024
@@ -37,7 +43,7 @@ Progress = Callable[[str], None]
 
 
 def run(quick: bool = False, progress: Progress = print) -> dict:
-    steps = 6 if quick else 16
+    steps, reps = (6, 2) if quick else (16, 3)
     train_tasks, eval_tasks = (8, 4) if quick else (24, 12)
     root = bench_root("sft")
     data = GradingData.load(DEMO, root / "store", wheelhouse())
@@ -57,30 +63,39 @@ def run(quick: bool = False, progress: Progress = print) -> dict:
         train = _long_enough(tmp / "train" / "sft.jsonl", encoder, tmp / "train-long.jsonl")
         if train < steps:
             raise BenchError(f"only {train} replays reach {SEQ_LEN} tokens; {steps} are needed")
-        config = SFTConfig(max_seq_len=SEQ_LEN, max_steps_per_epoch=steps,
+        config = SFTConfig(max_seq_len=SEQ_LEN, max_steps_per_epoch=steps, device="cpu",
                            learning_rate=LEARNING_RATE, activation_checkpointing=True)  # fmt: skip
-        progress(f"torchtune: full_finetune_single_device, {steps} steps of {SEQ_LEN} tokens")
-        tuned = train_sft(tmp / "train-long.jsonl", base, tmp / "tt", tmp / "tt" / "model", config)
-        progress(f"TRL SFTTrainer: the same {steps} steps on the same sequences")
-        trl = _baseline(base, tmp / "tt" / "data" / "train.jsonl", steps, tmp / "trl.json")
+        tuned: list[SFTResult] = []
+        trl: list[dict] = []
+        for rep in range(reps):  # in turn, so that the machine's noise hits both alike
+            work = tmp / f"tt-{rep}"
+            progress(f"rep {rep + 1}/{reps}: torchtune, {steps} steps of {SEQ_LEN} tokens")
+            tuned.append(train_sft(tmp / "train-long.jsonl", base, work, work / "model", config))
+            progress(f"rep {rep + 1}/{reps}: TRL SFTTrainer, the same steps and sequences")
+            trl.append(_baseline(base, work, steps, tmp / f"trl-{rep}.json"))
         progress("held-out loss (toolz replays) of the base and the fine-tuned model")
         sft_data.prepare(tmp / "eval" / "sft.jsonl", encoder, tmp / "heldout",
                          max_seq_len=2048, overlength="truncate")  # fmt: skip
         heldout = sft_data.load_examples(tmp / "heldout" / "train.jsonl")
-        before, after = mean_loss(base, heldout), mean_loss(tmp / "tt" / "model", heldout)
-    baseline_tps = SEQ_LEN * (steps - 1) / sum(trl["step_times"][1:])
+        before, after = mean_loss(base, heldout), mean_loss(tmp / "tt-0" / "model", heldout)
+    ours = [r.tokens_per_s or 0.0 for r in tuned]
+    theirs = [round(SEQ_LEN * (steps - 1) / sum(t["step_times"][1:]), 1) for t in trl]
     return {
         "model": "SmolLM2-135M-Instruct",
         "seq_len": SEQ_LEN,
         "steps": steps,
+        "reps": reps,
+        "optimizer": trl[0]["optimizer"],
         "train_sequences": train,
         "heldout_conversations": len(heldout),
-        "tokens_per_s": tuned.tokens_per_s,
-        "baseline_tokens_per_s": round(baseline_tps, 1),
-        "tokens_per_s_vs_baseline": round((tuned.tokens_per_s or 0) / baseline_tps, 3),
-        "peak_rss_mb": tuned.peak_rss_mb,
-        "baseline_peak_rss_mb": round(trl["peak_rss_mb"], 1),
-        "final_train_loss": tuned.final_loss,
+        "tokens_per_s": statistics.median(ours),
+        "baseline_tokens_per_s": statistics.median(theirs),
+        "tokens_per_s_vs_baseline": round(statistics.median(ours) / statistics.median(theirs), 3),
+        "tokens_per_s_samples": ours,
+        "baseline_tokens_per_s_samples": theirs,
+        "peak_rss_mb": statistics.median(r.peak_rss_mb for r in tuned),
+        "baseline_peak_rss_mb": round(statistics.median(t["peak_rss_mb"] for t in trl), 1),
+        "final_train_loss": tuned[0].final_loss,
         "heldout_loss_before": round(before, 4),
         "heldout_loss_after": round(after, 4),
     }
@@ -97,10 +112,22 @@ def _long_enough(data: Path, encoder: ChatEncoder, out: Path) -> int:
     return len(lines)
 
 
-def _baseline(model: Path, train: Path, steps: int, out: Path) -> dict:
-    argv = [sys.executable, "-m", "sweflow.bench.sft_baseline", str(model), str(train),
-            str(steps), str(LEARNING_RATE), str(out)]  # fmt: skip
+def trl_optimizer(recipe_yaml: Path) -> str:
+    """TRL's name for the optimizer torchtune's recipe ran with (``optim`` of its arguments)."""
+    body = yaml.safe_load(recipe_yaml.read_text())
+    optimizer = body["optimizer"]
+    if optimizer["_component_"] != "torch.optim.AdamW" or optimizer.get("weight_decay"):
+        raise BenchError(f"no TRL equivalent of torchtune's optimizer {optimizer}")
+    return "adamw_torch_fused" if optimizer.get("fused") else "adamw_torch"
+
+
+def _baseline(model: Path, torchtune_work: Path, steps: int, out: Path) -> dict:
+    """TRL on the sequences and with the optimizer of the torchtune run in ``torchtune_work``."""
+    optimizer = trl_optimizer(torchtune_work / "recipe.yaml")
+    argv = [sys.executable, "-m", "sweflow.bench.sft_baseline", str(model),
+            str(torchtune_work / "data" / "train.jsonl"), str(steps), str(LEARNING_RATE),
+            optimizer, str(out)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise BenchError(f"the TRL baseline failed: {done.stderr[-2000:]}")
-    return json.loads(out.read_text())
+    return json.loads(out.read_text()) | {"optimizer": f"torch.optim.AdamW ({optimizer})"}

@@ -1,11 +1,12 @@
 """The baseline of the SFT benchmark: TRL's SFTTrainer, what a user would otherwise pick, on the
 very sequences torchtune trained on (sweflow's tokenized train.jsonl: input ids and labels masked
-to the assistant turns), same model, batch, steps, learning rate and sequence length, fp32 on the
-CPU with gradient checkpointing as torchtune's activation checkpointing.
+to the assistant turns), same model, batch, steps, learning rate, optimizer (OPTIM: TRL's name of
+the one torchtune ran with) and sequence length, fp32 on the CPU with gradient checkpointing as
+torchtune's activation checkpointing.
 
 Run in a process of its own so that its peak RSS is its own:
-``python -m sweflow.bench.sft_baseline MODEL TRAIN_JSONL STEPS LR OUT_JSON``; writes
-{"step_times": [...], "tokens_per_step": [...], "peak_rss_mb": ...}.
+``python -m sweflow.bench.sft_baseline MODEL TRAIN_JSONL STEPS LR OPTIM OUT_JSON``; writes
+{"step_times": [...], "sequence_tokens": [...], "peak_rss_mb": ...}.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 
-def main(model: str, train: str, steps: int, learning_rate: float, out: str) -> None:
+def main(model: str, train: str, steps: int, learning_rate: float, optim: str, out: str) -> None:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -39,6 +40,7 @@ def main(model: str, train: str, steps: int, learning_rate: float, out: str) -> 
             gradient_accumulation_steps=1,
             max_steps=steps,
             learning_rate=learning_rate,
+            optim=optim,
             lr_scheduler_type="constant",
             weight_decay=0.0,
             max_grad_norm=1.0,
@@ -71,4 +73,4 @@ def main(model: str, train: str, steps: int, learning_rate: float, out: str) -> 
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6])

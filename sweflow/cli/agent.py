@@ -16,8 +16,10 @@ from sweflow.cli.common import (
     RayOption,
     cli_executor,
     console,
+    folder_or_new,
     option_group,
     positive,
+    work_starts,
 )
 from sweflow.cli.env import (
     CliError,
@@ -38,7 +40,9 @@ if TYPE_CHECKING:
 ModelUrlOption = typer.Option(None, "--model-url", help="OpenAI-compatible base URL (…/v1).")
 ModelOption = typer.Option(None, "--model", "-m", help="Model name at that endpoint.")
 ApiKeyOption = typer.Option("EMPTY", "--api-key", envvar="OPENAI_API_KEY", help="API key.")
-OutOption = typer.Option(..., "--out", "-o", help="Output folder (re-running resumes it).")
+OutOption = typer.Option(
+    ..., "--out", "-o", help="Output folder (re-running resumes it).", callback=folder_or_new
+)
 AgentConfigOption = typer.Option(
     None, "--agent-config", help="YAML of AgentConfig (prompts, limits); flags override it."
 )
@@ -54,16 +58,14 @@ ConcurrencyOption = typer.Option(
 
 
 def build_dataset(
-    data: DatasetArgs, executor: Executor | None = None
-) -> tuple[EnvBuilder, list[Instance]]:
-    """Load the rows and build what is missing; rows whose build failed are reported, left out."""
-    rows = data.rows()
-    builder = data.builder()
+    builder: EnvBuilder, rows: list[Instance], executor: Executor | None = None
+) -> list[Instance]:
+    """Build what is missing of ``rows``; rows whose build failed are reported, left out."""
     results = build_with_progress(builder, rows, executor)
     failed = {r.instance_id: r for r in results if r.status == "error"}
     for r in failed.values():
         console.print(f"[yellow]skipped (build failed):[/] {r.instance_id}: {r.error}")
-    return builder, [row for row in rows if row.instance_id not in failed]
+    return [row for row in rows if row.instance_id not in failed]
 
 
 Job = Callable[["Batch | ExecutorBatch"], Coroutine[Any, Any, "JobSummary"]]
@@ -211,14 +213,20 @@ class AgentRunArgs:
             config.max_tokens = self.max_tokens
         return config
 
-    def prepare(self, data: DatasetArgs) -> tuple[EnvBuilder, list[Instance], dict[str, Any]]:
-        """Check the agent config, then build the dataset (on the cluster with ``--ray``):
-        builder, usable rows, Batch options (and the executor, None without ``--ray``)."""
+    def prepare(
+        self, data: DatasetArgs, work: str
+    ) -> tuple[EnvBuilder, list[Instance], dict[str, Any]]:
+        """Check the agent config and the dataset; then, the ``work`` starting, build the
+        dataset (on the cluster with ``--ray``): builder, usable rows, Batch options (and the
+        executor, None without ``--ray``)."""
         from sweflow.envcache.builder import instance_sandbox_spec
 
         agent = self.agent_config()  # fail before any build
+        rows = data.rows()
+        work_starts(f"build {len(rows)} instance(s) in {data.store}, then {work} into {self.out}")
+        builder = data.builder()
         executor = cli_executor(self.ray, data.store) if self.ray else None
-        builder, rows = build_dataset(data, executor)
+        rows = build_dataset(builder, rows, executor)
         options = dict(
             agent=agent,
             out_dir=self.out,
@@ -279,7 +287,7 @@ def collect_command(
     if teacher not in ("endpoint", "replay"):
         raise CliError(f"--teacher {teacher!r}: choose endpoint or replay")
     model = agent.model_config() if teacher == "endpoint" else None  # checked before the build
-    builder, rows, options = agent.prepare(data)
+    builder, rows, options = agent.prepare(data, f"collect {rollouts} {teacher} run(s) a task")
     if teacher == "replay":
         rows = _replayable(rows, builder, options)
     log_dir = agent.out / "grading"
@@ -314,5 +322,5 @@ def infer_command(data: DatasetArgs, agent: AgentRunArgs) -> None:
     from sweflow.agent.jobs import infer
 
     model = agent.model_config()  # checked before the build
-    _, rows, options = agent.prepare(data)
+    _, rows, options = agent.prepare(data, f"run {model.model} on each task")
     agent.run("infer", len(rows), options, lambda b: infer(rows, b, model.model), model)

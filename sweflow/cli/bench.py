@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from sweflow.cli.common import App, BaseOption, console
+from sweflow.cli.common import App, BaseOption, console, work_starts
 
 bench_app = App(help="Benchmarks of the sandbox backends and the pipeline stages.")
 STORE_HELP = "Layer store (built if needed); default: in the cache, one per benchmark."
@@ -62,6 +62,7 @@ def bench_sandbox(
     if unknown := set(names) - {"local", "docker", "e2b"}:
         raise typer.BadParameter(f"unknown backend(s): {', '.join(sorted(unknown))}",
                                  param_hint="--backends")  # fmt: skip
+    work_starts(f"benchmark the {', '.join(names)} sandbox backend(s) on {base}")
     root = _base_root(base)
     report = run(root, quick=quick, backends=names, progress=_progress)
     _emit(report, json_out)
@@ -91,21 +92,28 @@ def bench_envprep(
     e2b: bool = typer.Option(
         True, help="Include the e2b backend's environment modes (a local E2B endpoint)."
     ),
+    representative: bool = typer.Option(
+        False,
+        help="Also time the same instances in an environment grown to a typical SWE-bench size "
+        "(numpy, pandas, scipy), built from the package index; both under real, representative.",
+    ),
 ) -> None:
     """Cache-to-ready time and bytes per instance: sweflow vs untar vs docker (vs e2b modes).
 
     Examples:
       sweflow bench envprep --json --quick
       sweflow bench envprep -d data/demo --store store/ --json
+      sweflow bench envprep --json --representative --no-docker
     """
     from sweflow.bench import ENVCACHE, bench_root
-    from sweflow.bench.envprep import run
+    from sweflow.bench.envprep import run, with_representative
     from sweflow.cli.env import load_dataset_rows
     from sweflow.envcache.dataset import dataset_builder
 
     dataset = dataset or str(ENVCACHE)
     store = store or bench_root("envprep") / "store"
     rows = load_dataset_rows(dataset, None, None)
+    work_starts(f"build and time {len(rows)} instance(s) in {store}")
     builder = dataset_builder(
         dataset, store, specs=specs, mirror=repo_mirror, wheelhouse=wheelhouse, max_workers=2
     )
@@ -113,6 +121,9 @@ def bench_envprep(
         _progress("e2b: skipped (the e2b SDK is not installed: pip install 'sweflow[e2b]')")
         e2b = False
     report = run(builder, rows, quick=quick, docker=docker, e2b=e2b, progress=_progress)
+    if representative:
+        report = with_representative(report, dataset, store, rows, repo_mirror,
+                                     quick=quick, docker=docker, progress=_progress)  # fmt: skip
     _emit(report, json_out)
 
 
@@ -130,6 +141,7 @@ def bench_agent(
     """
     from sweflow.bench.agent import run
 
+    work_starts(f"time agent runs on {base}")
     root = _base_root(base)
     report = run(
         root,
@@ -177,6 +189,7 @@ def bench_reward(
     from sweflow.grading.dataset import GradingData
 
     store = store or bench_root("reward") / "store"
+    work_starts(f"build and grade the instances of {dataset or ENVCACHE} in {store}")
     data = GradingData.load(dataset or ENVCACHE, store, wheelhouse, specs, repo_mirror)
     report = run(
         data,
@@ -201,21 +214,27 @@ def bench_sft(
     """
     from sweflow.bench.sft import run
 
+    work_starts("fine-tune SmolLM2 with torchtune and with TRL")
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
-@bench_app.command("sft-served")
-def bench_sft_served(
+@bench_app.command("learn")
+def bench_learn(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
-    quick: bool = typer.Option(False, help="4 eval and 2 train tasks, 8 SFT steps."),
+    quick: bool = typer.Option(
+        False, help="8 train and 6 held-out tasks, 16 SFT steps, 2 GRPO steps on 1 task."
+    ),
 ) -> None:
-    """Base vs fine-tuned SmolLM2 served by vLLM: valid actions, submissions, resolve rate.
+    """Does training make the agent better? Base vs SFT vs SFT+RL served by vLLM on held-out
+    tasks (valid actions, reproduced, right file, right hunk, submitted, resolved), and RL's
+    resolve rate before and after on train tasks the SFT model resolves sometimes.
 
     Example:
-      sweflow bench sft-served --json --quick
+      sweflow bench learn --json --quick
     """
-    from sweflow.bench.sft_served import run
+    from sweflow.bench.learn import run
 
+    work_starts("collect golden trajectories, fine-tune and RL-train SmolLM2, serve each model")
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
@@ -232,6 +251,7 @@ def bench_rl(
     """
     from sweflow.bench.rl import run
 
+    work_starts("time RL rollouts and GRPO steps")
     _emit(run(quick=quick, docker=docker, progress=_progress), json_out)
 
 
@@ -247,6 +267,7 @@ def bench_cli(
     """
     from sweflow.bench.cli import run
 
+    work_starts("time the command line's start-up")
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
@@ -254,32 +275,23 @@ def bench_cli(
 def bench_pipeline(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
     quick: bool = typer.Option(False, help="1 task, 2 reps (for CI); else 2 tasks, 5 reps."),
+    tasks: int = typer.Option(None, "--tasks", min=1, help="Demo tasks per run (overrides)."),
+    reps: int = typer.Option(None, "--reps", min=1, help="Repetitions (overrides)."),
 ) -> None:
     """The Prefect pipeline on a private server: cold, cached re-run, retry, stage start.
 
-    Runs benchmarks/prefect_pipeline.py from this checkout (the library never imports Prefect).
+    Needs a checkout (its deployments/ and flows/) and the pipeline extra; the library drives
+    the `prefect` command and the server's API, never importing Prefect.
 
     Example:
       sweflow bench pipeline --json --quick
     """
-    import importlib.util
-    import subprocess
+    from sweflow.bench.pipeline import require_checkout, run
 
-    from sweflow.bench import REPO
-
-    script = REPO / "benchmarks" / "prefect_pipeline.py"
-    if not script.is_file() or importlib.util.find_spec("prefect") is None:
-        raise typer.BadParameter(
-            f"needs a checkout with {script.relative_to(REPO)} and the pipeline extra "
-            "(pip install -e '.[pipeline]')"
-        )
-    args = ["--tasks", "1", "--reps", "2"] if quick else ["--tasks", "2", "--reps", "5"]
-    done = subprocess.run(
-        [sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True, check=False
-    )  # its progress lines go straight to stderr
-    if done.returncode != 0:
-        raise typer.Exit(done.returncode)
-    _emit(json.loads(done.stdout), json_out)
+    require_checkout()
+    tasks, reps = tasks or (1 if quick else 2), reps or (2 if quick else 5)
+    work_starts(f"run end-to-end/demo on a private Prefect server: {tasks} task(s), {reps} rep(s)")
+    _emit(run(tasks, reps, progress=_progress), json_out)
 
 
 @bench_app.command("ray")
@@ -297,6 +309,7 @@ def bench_ray(
         raise typer.BadParameter("Ray is not installed: pip install 'sweflow[ray]'")
     from sweflow.bench.ray import run
 
+    work_starts("start a Ray cluster of this machine and grade on it")
     _emit(run(quick=quick, progress=_progress), json_out)
 
 
@@ -326,6 +339,46 @@ def bench_swebench(
     """
     from sweflow.bench.swebench import run
 
+    work_starts("build and validate SWE-bench rows")
     report = run(dataset, repo_mirror, store, specs, 1 if quick else limit, max_workers,
                  progress=_progress)  # fmt: skip
     _emit(report, json_out)
+
+
+@bench_app.command("synth")
+def bench_synth(
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+    quick: bool = typer.Option(False, help="3 valid tasks per project (for CI); else 12."),
+    tasks: int = typer.Option(None, "--tasks", min=1, help="Valid tasks per project (overrides)."),
+    seed: int = typer.Option(1, "--seed", help="Seed of the candidate order."),
+    report: Path = typer.Option(
+        None,
+        "--report",
+        exists=True,
+        dir_okay=False,
+        help="A finished synthesis's tasks.report.json: its figures instead of a new run.",
+    ),  # fmt: skip
+) -> None:
+    """Task synthesis: valid tasks per minute from the demo's three projects, yield per operator,
+    SWE-smith's published figures beside them.
+
+    Examples:
+      sweflow bench synth --json --quick
+      sweflow bench synth --json --report data/learn/tasks.report.json
+    """
+    from sweflow.bench.synth import from_report, run
+
+    if report is not None:
+        work_starts(f"summarize the synthesis reported in {report}")
+        _emit(from_report(report), json_out)
+        return
+    tasks = tasks or (3 if quick else 12)
+    work_starts(f"synthesize up to {tasks} task(s) from each demo project")
+    _emit(run(tasks, seed, progress=_progress), json_out)
+
+
+def run_script(name: str) -> None:
+    """What a benchmarks/ script runs: ``sweflow bench NAME --json`` with its own arguments."""
+    from sweflow.cli.main import app
+
+    app(["bench", name, "--json", *sys.argv[1:]], prog_name="sweflow")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from sweflow.errors import SweflowError
+from sweflow.paths import name_problem
 from sweflow.sandbox.backends import DEFAULT_BACKEND, backends_help, check_backend_name
 
 if TYPE_CHECKING:
@@ -29,8 +31,10 @@ EXIT_USER_ERROR = 2
 def handle_errors(func: F) -> F:
     """Print a SweflowError as one red ``error: <message>`` line on stderr and exit 2.
 
-    Other exceptions are bugs and keep their traceback. Every command and callback registered on
-    an ``App`` gets this automatically; use it directly only on a plain ``typer.Typer``.
+    An interrupt that says where the work stopped (a trainer's resume point) is printed as one
+    ``interrupted: <message>`` line before it goes on (exit 130). Other exceptions are bugs and
+    keep their traceback. Every command and callback registered on an ``App`` gets this
+    automatically; use it directly only on a plain ``typer.Typer``.
     """
 
     @functools.wraps(func)
@@ -41,8 +45,31 @@ def handle_errors(func: F) -> F:
             # Made at call time so that a redirected or captured stderr is honoured.
             Console(stderr=True).print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
             raise typer.Exit(EXIT_USER_ERROR) from None
+        except KeyboardInterrupt as e:
+            if str(e):
+                Console(stderr=True).print(f"[yellow]interrupted:[/] {escape(str(e))}",
+                                           highlight=False)  # fmt: skip
+            raise
 
     return wrapper  # type: ignore[return-value]
+
+
+_dry_run = threading.Event()  # set by `sweflow --dry-run` for the command it runs
+
+
+def dry_run(ctx: typer.Context) -> None:
+    """Make the command ``ctx`` runs stop where its work starts (until ``ctx`` closes)."""
+    _dry_run.set()
+    ctx.call_on_close(_dry_run.clear)
+
+
+def work_starts(what: str) -> None:
+    """Where a command's checks end and its work begins. Under ``sweflow --dry-run`` the command
+    stops here, its options and inputs checked, saying what it would do (exit 0): a user tries a
+    command line before a long run, and tests/test_cli_examples.py runs every help example so."""
+    if _dry_run.is_set():
+        console.print(f"dry run: checked; would {what}", highlight=False)
+        raise typer.Exit(0)
 
 
 class App(typer.Typer):
@@ -141,6 +168,22 @@ def positive(value: float | None) -> float | None:
     (a timeout of 0 never means "no limit" here)."""
     if value is not None and value <= 0:
         raise typer.BadParameter(f"must be greater than 0, got {value}")
+    return value
+
+
+def path_name(value: str | None) -> str | None:
+    """A name option that becomes a folder or file name (a run id): one path component."""
+    if value is not None and (problem := name_problem(value)) is not None:
+        raise typer.BadParameter(problem)
+    return value
+
+
+def model_ref(value: str | None) -> str | None:
+    """A model option: a folder, a bundled name or a Hub id, checked without fetching it."""
+    from sweflow.serving.models import model_ref_problem
+
+    if value is not None and (problem := model_ref_problem(value)) is not None:
+        raise typer.BadParameter(problem)
     return value
 
 

@@ -5,6 +5,7 @@ and exits with 143."""
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 
@@ -25,8 +26,17 @@ def main() -> None:
 
         app()
     except KeyboardInterrupt:
-        sys.exit(130)
+        _interrupted(130)
     except SystemExit as done:  # typer turns the interrupt into exit status 130 itself
         if _terminated:
-            sys.exit(128 + signal.SIGTERM)
+            _interrupted(128 + signal.SIGTERM)
+        if done.code == 130:
+            _interrupted(130)
         raise done
+
+
+def _interrupted(status: int) -> None:
+    """Exit now: the command has wound down (its sandboxes closed), and the interpreter's last
+    garbage collection would walk every object a trainer loaded for seconds; the OS frees them."""
+    gc.freeze()
+    sys.exit(status)

@@ -18,8 +18,11 @@ from sweflow.cli.common import (
     console,
     folder_or_new,
     option_group,
+    path_name,
     positive,
+    work_starts,
 )
+from sweflow.envcache.storefiles import LEASE_GRACE_S
 from sweflow.errors import SweflowError
 
 if TYPE_CHECKING:
@@ -120,6 +123,11 @@ class DatasetArgs:
     max_workers: int = field(metadata={"option": WorkersOption})
 
     def rows(self) -> list[Instance]:
+        """The dataset's rows (bad ones named, left out), its specs read: what is checked
+        before a build writes anything."""
+        from sweflow.harness.specs import load_specs
+
+        load_specs(self.specs_path())
         return load_dataset_rows(self.dataset, self.split, self.instances)
 
     def specs_path(self) -> Path:
@@ -216,6 +224,7 @@ def env_build(
     if pack and ray:
         raise CliError("--pack packs this machine's store: not with --ray")
     rows = data.rows()
+    work_starts(f"build {len(rows)} instance(s) into {data.store}")
     builder = data.builder()
     executor = cli_executor(ray, data.store)
     results = build_with_progress(builder, rows, executor)
@@ -235,7 +244,10 @@ def env_validate(
     data: DatasetArgs,
     out: Path = typer.Option(..., "--out", help="Where the validated dataset (JSONL) goes."),
     report: Path = typer.Option(
-        ..., "--report", help="Folder for validation.json and validation.md."
+        ...,
+        "--report",
+        help="Folder for validation.json and validation.md.",
+        callback=folder_or_new,
     ),
     runs: int = typer.Option(
         1, "--runs", help="Runs each way; more flag flaky tests.", callback=positive
@@ -255,6 +267,7 @@ def env_validate(
     from sweflow.envcache.validate import write_outputs
 
     rows = data.rows()
+    work_starts(f"build and validate {len(rows)} instance(s) in {data.store}")
     builder = data.builder()
     executor = cli_executor(ray, data.store)
     build_with_progress(builder, rows, executor)
@@ -283,7 +296,7 @@ def env_validate(
 
 @env_app.command("shell")
 def env_shell(
-    instance_id: str = typer.Argument(..., help="The instance to enter."),
+    instance_id: str = typer.Argument(..., help="The instance to enter.", callback=path_name),
     store: Path = StoreOption,
 ) -> None:
     """An interactive shell in a fresh sandbox of a built instance (removed on exit).
@@ -295,6 +308,7 @@ def env_shell(
     from sweflow.envcache.store import LayerStore
     from sweflow.sandbox import open_sandbox
 
+    work_starts(f"open a shell on {instance_id} of {store}")
     with open_sandbox(instance_sandbox_spec(LayerStore(store), instance_id)) as sandbox:
         code = sandbox.terminal()
     raise typer.Exit(code)
@@ -307,19 +321,35 @@ def env_gc(
         None, "--dataset", "-d", help="Keep only this dataset's instances."
     ),
     split: str = SplitOption,
+    grace: float = typer.Option(
+        LEASE_GRACE_S,
+        "--grace",
+        help="Seconds after its last use that an instance's spec or build still counts as in "
+        "use (a sandbox about to open on it); open sandboxes are always in use.",
+        min=0.0,
+    ),
 ) -> None:
     """Remove layers no manifest needs (and manifests not in --dataset), with the bytes freed.
+
+    What is in use is kept and said: layers of open sandboxes (in any process), and instances
+    whose spec was handed out or that were built in the last few minutes.
 
     Examples:
       sweflow env gc --store store/
       sweflow env gc --store store/ -d data/demo/tasks.jsonl
+      sweflow env gc --store store/ --grace 0   # all but the layers of open sandboxes
     """
     from sweflow.envcache.cleanup import gc
     from sweflow.envcache.store import LayerStore
 
     keep = {i.instance_id for i in load_dataset_rows(dataset, split, None)} if dataset else None
-    report = gc(LayerStore(store), keep)
+    work_starts(f"remove what no manifest{' of ' + dataset if dataset else ''} needs from {store}")
+    report = gc(LayerStore(store), keep, grace_s=grace)
     for what, items in (("manifest", report.manifests), ("layer", report.layers)):
         for item in items:
             console.print(f"removed {what} {item}", highlight=False)
+    for iid in report.in_use_instances:
+        console.print(f"kept manifest {iid}: in use", highlight=False)
+    for digest, users in report.in_use.items():
+        console.print(f"kept layer {digest}: in use by {', '.join(users)}", highlight=False)
     console.print(report.summary(), highlight=False)

@@ -14,7 +14,9 @@ from sweflow.cli.common import (
     cli_executor,
     console,
     folder_or_new,
+    path_name,
     positive,
+    work_starts,
 )
 from sweflow.cli.env import (
     DatasetArgs,
@@ -33,7 +35,9 @@ def eval_command(
     predictions: str = typer.Option(
         ..., "--predictions", "-p", help="preds.json, preds.jsonl, or 'gold'."
     ),
-    run_id: str = typer.Option(..., "--run-id", help="Names the run; a re-run resumes it."),
+    run_id: str = typer.Option(
+        ..., "--run-id", help="Names the run (a folder); a re-run resumes it.", callback=path_name
+    ),
     backend: str = BackendOption,
     max_workers: int = typer.Option(
         2, "--max-workers", "-j", help="Instances graded at once.", callback=positive
@@ -76,6 +80,7 @@ def eval_command(
         err.print(f"[yellow]skipped prediction:[/] {error}", highlight=False)
     wanted = {p.instance_id for p in preds.items}
     rows_to_build = [r for r in rows if r.instance_id in wanted]
+    work_starts(f"grade {len(preds.items)} prediction(s) as run {run_id} on {backend}")
     builder = data.builder()
     executor = cli_executor(ray, data.store)
     build_with_progress(builder, rows_to_build, executor)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import typer
 from rich.panel import Panel
 from rich.table import Table
 
 from sweflow import __version__
 from sweflow.cli.agent import collect_command, infer_command
 from sweflow.cli.bench import bench_app
-from sweflow.cli.common import App, BaseOption, console, spec_from_options
+from sweflow.cli.common import (
+    App,
+    BaseOption,
+    console,
+    dry_run,
+    spec_from_options,
+    work_starts,
+)
 from sweflow.cli.env import env_app
 from sweflow.cli.eval import eval_command
 from sweflow.cli.pipeline import pipeline_app
@@ -33,6 +41,20 @@ app.command()(synth)
 app.command("eval")(eval_command)
 
 
+@app.callback()
+def _options(
+    ctx: typer.Context,
+    check_only: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Check the command's options and inputs, then stop before its work (nothing is "
+        "built, opened, fetched or trained).",
+    ),
+) -> None:
+    if check_only:
+        dry_run(ctx)
+
+
 @app.command()
 def version() -> None:
     """Print the sweflow version.
@@ -55,6 +77,7 @@ def demo(base: str = BaseOption) -> None:
     """
     from sweflow.demo import run_demo
 
+    work_starts(f"open a sandbox on {base}")
     root = spec_from_options(base, [], "/", False).layers[0]
     table = Table(title="sweflow sandbox demo")
     for column in ("step", "output", "ms"):

@@ -10,18 +10,29 @@ import typer
 from rich.table import Table
 
 from sweflow.cli.common import App, console
+from sweflow.paths import CHECKOUT
 
 pipeline_app = App(help="The Prefect pipeline's config and stages (runs go through Prefect).")
-DEFAULT_CONFIG = Path("configs/demo.yaml")
 
 
 @pipeline_app.command("config")
 def pipeline_config(
-    config: Path = typer.Argument(DEFAULT_CONFIG, help="A pipeline config (YAML)."),
+    config: Path = typer.Argument(
+        CHECKOUT / "configs" / "demo.yaml",
+        help="A pipeline config (YAML); default: the demo config of this checkout.",
+        show_default=False,
+    ),
     overrides: list[str] = typer.Argument(
         None, help="Settings by dotted name, e.g. agent.max_steps=12 model.temperature=0.7."
     ),
     json_out: bool = typer.Option(False, "--json", help="As the JSON `--params` of a deployment."),
+    root: Path = typer.Option(
+        CHECKOUT,
+        "--root",
+        help="Where the pipeline runs: its relative paths are checked there; default: this "
+        "checkout, where the bundled deployments run.",
+        show_default=False,
+    ),
 ) -> None:
     """Validate a config with its overrides and print it whole, defaults filled in.
 
@@ -31,7 +42,7 @@ def pipeline_config(
     """
     from sweflow.pipeline.config import load_pipeline_config
 
-    loaded = load_pipeline_config(config, overrides or []).model_dump(mode="json")
+    loaded = load_pipeline_config(config, overrides or [], root=root).model_dump(mode="json")
     if json_out:
         sys.stdout.write(json.dumps({"config": loaded}) + "\n")
     else:

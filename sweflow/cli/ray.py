@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from sweflow.cli.common import App, folder_or_new, positive
+from sweflow.cli.common import App, folder_or_new, positive, work_starts
 
 ray_app = App(help="Run sweflow's per-instance work on a Ray cluster.")
 
@@ -60,6 +60,7 @@ def ray_start(
     command = ray_start_command(ray, address=address, port=port, slots=slots or default_slots(),
                                 cpus=cpus, node_ip=node_ip, dashboard=dashboard,
                                 temp_dir=temp_dir)  # fmt: skip
+    work_starts(f"start a Ray {'node joining ' + address if address else 'head'}")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     if store is not None:
         store.mkdir(parents=True, exist_ok=True)

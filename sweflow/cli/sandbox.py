@@ -17,9 +17,11 @@ from sweflow.cli.common import (
     LayerOption,
     WorkdirOption,
     console,
+    positive,
     spec_from_options,
+    work_starts,
 )
-from sweflow.sandbox.backends import BACKENDS
+from sweflow.sandbox.backends import BACKENDS, check_backend_name
 
 sandbox_app = App(help="Open, use and clean up sandboxes.")
 
@@ -31,7 +33,9 @@ def sandbox_run(
     layer: list[Path] = LayerOption,
     workdir: str = WorkdirOption,
     backend: str = BackendOption,
-    timeout: float = typer.Option(600.0, help="Seconds before the command is killed."),
+    timeout: float = typer.Option(
+        600.0, help="Seconds before the command is killed.", callback=positive
+    ),
     network: bool = typer.Option(False, help="Share the host's network."),
 ) -> None:
     """Run one command in a fresh sandbox and exit with its status.
@@ -42,6 +46,7 @@ def sandbox_run(
     """
     from sweflow.sandbox import open_sandbox
 
+    work_starts(f"run {command!r} in a {backend} sandbox on {base}")
     spec = spec_from_options(base, layer, workdir, network)
     with open_sandbox(spec, backend) as sandbox:
         result = sandbox.exec(command, timeout=timeout)
@@ -66,6 +71,7 @@ def sandbox_shell(
     """
     from sweflow.sandbox import open_sandbox
 
+    work_starts(f"open a shell in a {backend} sandbox on {base}")
     spec = spec_from_options(base, layer, workdir, network)
     with open_sandbox(spec, backend) as sandbox:
         code = sandbox.terminal()
@@ -88,7 +94,8 @@ def sandbox_gc(
     """
     from sweflow.sandbox import SandboxStartError, backend_class
 
-    names = backend or list(BACKENDS)
+    names = [check_backend_name(name) for name in backend] or list(BACKENDS)
+    work_starts(f"collect the garbage of {', '.join(names)}")
     table = Table(title="sandbox gc")
     for column in ("backend", "what", "count"):
         table.add_column(column, justify="right" if column == "count" else "left")
@@ -152,6 +159,7 @@ def sandbox_serve_e2b(
         raise typer.BadParameter(
             f"{store} is not a layer store (no manifests/ in it)", param_hint="--store"
         )
+    work_starts(f"serve an E2B endpoint on port {port}")
     layer_store = LayerStore(store) if store is not None else None
     base_layer(base)  # built now if needed, not on the first create
     builds = TemplateBuilds(templates or cache_root() / "e2b-templates", lambda name: specs(name))

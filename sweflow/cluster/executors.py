@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
-
-from pydantic import AfterValidator, WithJsonSchema
+from typing import TYPE_CHECKING, Any
 
 from sweflow.errors import ConfigError
+from sweflow.registered import registered_name
 
 if TYPE_CHECKING:
     from sweflow.cluster.base import Executor
@@ -29,19 +28,8 @@ def check_executor_name(name: str) -> str:
     return name
 
 
-def _config_name(name: str) -> str:
-    try:
-        return check_executor_name(name)
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from None
-
-
 # The type of a config field that names an executor: the Prefect form offers the registered names.
-ExecutorName = Annotated[
-    str,
-    AfterValidator(_config_name),
-    WithJsonSchema({"type": "string", "enum": list(EXECUTORS)}),
-]
+ExecutorName = registered_name(check_executor_name, lambda: {"enum": list(EXECUTORS)})
 
 
 def make_executor(name: str, store: Path, **options: Any) -> Executor:

@@ -32,9 +32,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sweflow.envcache import pypi_cutoff
+from sweflow.envcache import leases, pypi_cutoff
+from sweflow.envcache.freshness import build_record, stale
 from sweflow.envcache.images.importer import find_image, import_base, import_image
-from sweflow.envcache.records import Layer
+from sweflow.envcache.instance_spec import WORKDIR, instance_sandbox_spec
+from sweflow.envcache.pipsettings import host_pip_settings
+from sweflow.envcache.records import Layer, Manifest
 from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_version
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
 from sweflow.envcache.store import LayerStore
@@ -43,7 +46,7 @@ from sweflow.envcache.validate import Prepared
 from sweflow.errors import SweflowError
 from sweflow.harness import internet
 from sweflow.harness.evalscript import make_eval_script
-from sweflow.harness.specs import EnvSpec, SpecTable
+from sweflow.harness.specs import EnvSpec, SpecError, SpecTable
 from sweflow.instances import Instance
 from sweflow.paths import rootfs_cache
 from sweflow.sandbox import Bind, Limits, SandboxSpec, open_sandbox
@@ -62,7 +65,6 @@ ENV_RECIPE = 4  # part of every environment layer's key: bump it when _env_layer
 # repositories' editable installs need, and setuptools 81+ drops pkg_resources. On an older
 # Python, pip picks the newest release below the cap that supports it.
 HARNESS_TOOLS = ("pip<24.1", "setuptools<70", "wheel<0.44")
-WORKDIR = "/testbed"
 WHEELHOUSE = "/wheelhouse"
 SUITE_PYTHONS = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
 HOST_PYTHON_BASE = "debian:bookworm"  # pyenv interpreters here are built against bookworm's libs
@@ -171,49 +173,6 @@ def find_runtime(version: str, base: str | None) -> Runtime:
     )
 
 
-def instance_sandbox_spec(store: LayerStore, instance_id: str, **overrides: object) -> SandboxSpec:
-    """The spec of a sandbox on a built instance: its layers, workdir and environment."""
-    manifest = store.read_manifest(instance_id)
-    if manifest is None:
-        raise BuildError(f"{instance_id}: not built in {store.root} (run `sweflow env build`)")
-    kwargs: dict = dict(
-        layers=store.layer_paths(manifest),
-        workdir=manifest.meta.get("workdir", WORKDIR),
-        env=manifest.meta.get("env", {}),
-    )
-    kwargs.update(overrides)
-    return SandboxSpec(**kwargs)
-
-
-PIP_PASSTHROUGH = (
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_TRUSTED_HOST",
-    "PIP_DEFAULT_TIMEOUT",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-)
-SANDBOX_CA = "/etc/sweflow/host-ca.pem"
-
-
-def host_pip_settings() -> tuple[list[Bind], dict[str, str]]:
-    """The host's index, proxy and CA settings for pip in a networked build sandbox.
-
-    Behind a proxy that re-signs TLS, the base layer's CA bundle does not know the proxy's CA:
-    the host's bundle is bound read-only into the sandbox and pip is pointed at it.
-    """
-    env = {k: os.environ[k] for k in PIP_PASSTHROUGH if os.environ.get(k)}
-    ca = pypi_cutoff.host_ca_file()
-    if ca is None:
-        return [], env
-    env.update(PIP_CERT=SANDBOX_CA, REQUESTS_CA_BUNDLE=SANDBOX_CA, SSL_CERT_FILE=SANDBOX_CA)
-    return [Bind(source=Path(ca), target=SANDBOX_CA)], env
-
-
 def _digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -287,58 +246,70 @@ class EnvBuilder:
 
     # -- one instance -----------------------------------------------------------------------
     def build_one(self, instance: Instance) -> BuildResult:
-        """Build one instance's layers unless the store has them (one failure never raises)."""
+        """Build one instance's layers unless the store has them as its row and spec would
+        build them (one failure never raises). Either way the instance is leased, so that a
+        gc keeps it for whoever uses it next (``LEASE_GRACE_S``)."""
         iid = instance.instance_id
         log = self.log_path(iid)
-        if self.store.has_instance(iid):
-            self.progress(iid, "cached")
-            return BuildResult(iid, "cached", log_path=str(log), layers=self._layer_digests(iid))
         start = time.monotonic()
-        self.progress(iid, "building")
-        log.write_text(
-            f"building {iid} ({instance.repo} {instance.version} at {instance.base_commit})\n"
-        )
         try:
-            with self.store.hold():  # no store gc between the commits and the manifest
-                self._build_layers(instance, log)
+            with self.store.hold():
+                manifest = self.store.read_manifest(iid)
+                why = self._why_build(instance, manifest)
+                if manifest is not None and why is None:
+                    leases.take(self.store, manifest)
+            if manifest is None or why is not None:
+                self.progress(iid, "building")
+                log.write_text(
+                    f"building {iid} ({instance.repo} {instance.version} at "
+                    f"{instance.base_commit}): {why}\n"
+                )
+                with self.store.hold():  # no store gc between the commits and the manifest
+                    manifest = self._build_layers(instance, log)
+                    leases.take(self.store, manifest)
         except Exception as exc:  # one instance's failure never stops the others
             message = str(exc) if isinstance(exc, SweflowError) else f"{type(exc).__name__}: {exc}"
             with open(log, "a") as f:
                 f.write(f"\nBUILD ERROR: {message}\n")
             self.progress(iid, "error")
             return BuildResult(iid, "error", round(time.monotonic() - start, 3), message, str(log))
-        self.progress(iid, "built")
-        seconds = round(time.monotonic() - start, 3)
-        layers = self._layer_digests(iid)
-        return BuildResult(iid, "built", seconds, log_path=str(log), layers=layers)
+        status: Literal["built", "cached"] = "cached" if why is None else "built"
+        seconds = 0.0 if why is None else round(time.monotonic() - start, 3)
+        self.progress(iid, status)
+        layers = [layer.digest for layer in manifest.layers]
+        return BuildResult(iid, status, seconds, log_path=str(log), layers=layers)
 
-    def _layer_digests(self, instance_id: str) -> list[str]:
-        manifest = self.store.read_manifest(instance_id)
-        return [layer.digest for layer in manifest.layers] if manifest else []
+    def _why_build(self, instance: Instance, manifest: Manifest | None) -> str | None:
+        """Why the instance must be built: not stored, or stored from other inputs than its row
+        and spec give now (``freshness``); None when the stored one is what a build would make."""
+        if manifest is None or not all(self.store.has_layer(lay.digest) for lay in manifest.layers):
+            return "not in the store"
+        try:
+            image_row = bool(self.options.images and instance.image)
+            spec = None if image_row else self.specs.get(instance.repo, instance.version or "")
+        except SpecError as exc:  # the build says so too, as its error
+            return str(exc)
+        return stale(manifest, build_record(instance, spec))
 
-    def _build_layers(self, instance: Instance, log: Path) -> None:
+    def _build_layers(self, instance: Instance, log: Path) -> Manifest:
         iid = instance.instance_id
         if self.options.images and instance.image:
-            self._image_instance(instance, log)
-            return
+            return self._image_instance(instance, log)
         spec = self.specs.get(instance.repo, instance.version)
         layers, env, runtime = self._environment(spec, instance)
         instance_layer = self._instance_layer(instance, spec, layers, env, log)
-        self.store.write_manifest(
+        return self.store.write_manifest(
             iid,
             [*layers, instance_layer],
             {
                 "workdir": WORKDIR,
                 "env": env,
                 "python": runtime.python,
-                "repo": instance.repo,
-                "version": instance.version,
-                "base_commit": instance.base_commit,
-                "spec_digest": spec.env_digest(),
+                **build_record(instance, spec),
             },
         )
 
-    def _image_instance(self, instance: Instance, log: Path) -> None:
+    def _image_instance(self, instance: Instance, log: Path) -> Manifest:
         """The row's own image (an official SWE-bench, SWE-Gym or SWE-smith image) as its layers,
         unchanged: the same bits the docker harness runs, nothing built on top."""
         name = find_image(self.options.images or "", instance.image or "")
@@ -348,17 +319,14 @@ class EnvBuilder:
                 f"image {instance.image}: {len(imported.layers)} layers from {name} "
                 f"({imported.extracted} extracted, the others already in the store)\n"
             )
-        self.store.write_manifest(
+        return self.store.write_manifest(
             instance.instance_id,
             imported.layers,
             {
                 "workdir": imported.workdir if imported.workdir != "/" else WORKDIR,
                 "env": imported.env,
                 "activate": activation_of(imported.layers),
-                "image": instance.image,
-                "repo": instance.repo,
-                "version": instance.version,
-                "base_commit": instance.base_commit,
+                **build_record(instance, None),
             },
         )
 
@@ -546,7 +514,8 @@ class EnvBuilder:
         needed = [
             i
             for i in instances
-            if not self.store.has_instance(i.instance_id) and not (self.options.images and i.image)
+            if not (self.options.images and i.image)
+            and self._why_build(i, self.store.read_manifest(i.instance_id)) is not None
         ]
         missing = self.check_sources(needed)
         return {

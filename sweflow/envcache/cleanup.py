@@ -2,7 +2,9 @@
 
 Accounting reads the layers' sidecars, never a tree. Garbage collection takes the store's lock
 exclusively, so it waits for running commits (``LayerStore.hold``) and no builder sees a layer
-vanish between its commit and the manifest that references it.
+vanish between its commit and the manifest that references it; and it keeps what live leases
+name (``leases``): the layers of open sandboxes, of specs just handed out and of instances just
+built for a grading, and those instances' manifests, in whichever process they live.
 """
 
 from __future__ import annotations
@@ -11,10 +13,16 @@ import os
 
 from pydantic import BaseModel, Field
 
-from sweflow.envcache import packing
+from sweflow.envcache import leases, packing
 from sweflow.envcache.records import load_manifest
 from sweflow.envcache.store import LayerStore, StoreError
-from sweflow.envcache.storefiles import abandoned, apparent_size, flocked, remove_entry
+from sweflow.envcache.storefiles import (
+    LEASE_GRACE_S,
+    abandoned,
+    apparent_size,
+    flocked,
+    remove_entry,
+)
 
 
 class LayerUsage(BaseModel):
@@ -39,6 +47,12 @@ class GcReport(BaseModel):
     unmounted: list[str] = Field(default_factory=list)
     tmp: list[str] = Field(default_factory=list)
     freed_bytes: int = 0
+    # kept for live leases: layers no manifest needs (digest -> the instances using it), and
+    # manifests that are not in keep_instances
+    in_use: dict[str, list[str]] = Field(default_factory=dict)
+    in_use_instances: list[str] = Field(default_factory=list)
+    leases: list[str] = Field(default_factory=list)  # dormant leases on layers now gone
+    grace_s: float = LEASE_GRACE_S  # how long after its last use a lease stayed live
 
     def summary(self) -> str:
         """One sentence for people: what was removed and the space it gave back."""
@@ -53,9 +67,20 @@ class GcReport(BaseModel):
             )
             if items
         ]
+        said = f"removed {', '.join(parts)}; freed {self.freed_bytes / 2**20:.1f} MiB"
         if not parts:
-            return "nothing to remove"
-        return f"removed {', '.join(parts)}; freed {self.freed_bytes / 2**20:.1f} MiB"
+            said = "nothing to remove"
+        if not (self.in_use or self.in_use_instances):
+            return said
+        kept = [
+            f"{len(items)} {what}"
+            for what, items in (("layers", self.in_use), ("instances", self.in_use_instances))
+            if items
+        ]
+        return (
+            f"{said}; kept {' and '.join(kept)} in use (open sandboxes, or specs handed out and "
+            f"instances built in the last {self.grace_s:g} s): run gc again once they are done"
+        )
 
 
 def store_usage(store: LayerStore) -> StoreUsage:
@@ -91,23 +116,40 @@ def store_usage(store: LayerStore) -> StoreUsage:
     )
 
 
-def gc(store: LayerStore, keep_instances: set[str] | None = None) -> GcReport:
+def gc(
+    store: LayerStore, keep_instances: set[str] | None = None, *, grace_s: float = LEASE_GRACE_S
+) -> GcReport:
     """Remove manifests not in ``keep_instances`` (if given) or unreadable, every layer no
     manifest references (its image unmounted and deleted; an imported layer only loses its
     link), empty mount points, and tmp entries whose owner process is gone (those with no
-    owner in their name: when older than ``STALE_TMP_S``). Waits for running commits."""
-    report = GcReport()
-    with flocked(store.root / "store.lock"):
+    owner in their name: when older than ``STALE_TMP_S``). Waits for running commits.
+
+    What a live lease names stays, said in ``in_use`` and ``in_use_instances``: its layers,
+    and its instance's manifest even when ``keep_instances`` leaves it out. A lease is live
+    while a sandbox holds it, and for ``grace_s`` after its last use (a spec handed out, an
+    instance built, a sandbox closed)."""
+    report = GcReport(grace_s=grace_s)
+    with flocked(store.root / "store.lock"), leases.scan(store, grace_s) as found:
+        in_use = found.instances()
         referenced: set[str] = set()
         for path in sorted(store.manifests.glob("*.json")):
             manifest = load_manifest(path)
-            if manifest is None or (keep_instances is not None and path.stem not in keep_instances):
+            dropped = keep_instances is not None and path.stem not in keep_instances
+            if manifest is not None and dropped and path.stem in in_use:
+                report.in_use_instances.append(path.stem)
+                dropped = False
+            if manifest is None or dropped:
                 path.unlink()
                 report.manifests.append(path.stem)
             else:
                 referenced.update(layer.digest for layer in manifest.layers)
+        users = found.users()
         for digest in sorted(store.digests() - referenced):
-            _remove_layer(store, digest, report)
+            if digest in users:
+                report.in_use[digest] = sorted(set(users[digest]))
+            else:
+                _remove_layer(store, digest, report)
+        report.leases = found.withdraw_broken(store)
         for point in store.mnt.iterdir():
             if not os.path.ismount(point):
                 try:

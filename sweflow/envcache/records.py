@@ -1,6 +1,6 @@
 """What the store writes down: a layer as a manifest names it, an instance's manifest, a layer's
-sidecar record. Their JSON is the store's on-disk format, read back by every process (and node)
-that uses the store, so the types live apart from the operations.
+sidecar record, a lease on a layer stack. Their JSON is the store's on-disk format, read back by
+every process (and node) that uses the store, so the types live apart from the operations.
 """
 
 from __future__ import annotations
@@ -45,6 +45,13 @@ class LayerInfo(BaseModel):
     digest_s: float
     source: str | None = None  # an imported layer's directory (``layers/<digest>`` links to it)
     created: str
+
+
+class LeaseRecord(BaseModel):
+    """A lease file ``leases/<instance>.<stack>.lease``: what gc keeps while it is live."""
+
+    instance_id: str
+    layers: list[str]  # digests, lowest first
 
 
 def load_manifest(path: Path) -> Manifest | None:

@@ -12,6 +12,7 @@ Layout under the store root::
     manifests/<id>.json     an instance's layer stack, lowest first, plus free-form metadata
     packed/<digest>.sqfs    optional squashfs (or ``.erofs``) image of a layer
     mnt/<digest>/           where a packed layer is mounted on the host, shared by all sandboxes
+    leases/                 which layer stacks are in use, so that gc keeps them (``leases``)
     tmp/                    work in progress; names carry the owner's pid and start time
 
 A builder runs a sandbox with ``upper="disk", upper_dir=store.new_upper()`` on the layers below,
@@ -21,7 +22,8 @@ or deleted when that digest is already stored, so identical layers are stored on
 Concurrency: ``commit``, ``import_dir``, ``pack`` and ``write_manifest`` take a shared flock on
 ``store.lock`` and ``gc`` (``cleanup``) an exclusive one, so builders run side by side and a gc
 waits for them. A builder that commits a layer and writes the manifest later holds ``hold()`` in
-between, or a gc could take the still unreferenced layer away.
+between, or a gc could take the still unreferenced layer away. Whoever uses an instance's layers
+takes a lease on them first (``leases``), which gc respects across processes.
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ class LayerStore:
         self.packed = self.root / "packed"
         self.mnt = self.root / "mnt"
         self.tmp = self.root / "tmp"
-        for directory in (self.layers, self.manifests, self.packed, self.mnt, self.tmp):
+        self.leases = self.root / "leases"
+        dirs = (self.layers, self.manifests, self.packed, self.mnt, self.tmp, self.leases)
+        for directory in dirs:
             directory.mkdir(parents=True, exist_ok=True)
 
     def hold(self) -> AbstractContextManager[None]:

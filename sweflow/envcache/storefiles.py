@@ -19,6 +19,7 @@ from pathlib import Path
 from sweflow.sandbox.procs import running, start_ticks
 
 STALE_TMP_S = 3600.0  # a tmp entry without a readable owner is abandoned after this long
+LEASE_GRACE_S = 300.0  # by default, a lease no one holds stays live this long after its use
 
 
 @contextmanager

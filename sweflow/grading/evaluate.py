@@ -31,6 +31,7 @@ from sweflow.grading.predictions import Prediction
 from sweflow.grading.reward import PATCH_FILE, Grader, RewardResult
 from sweflow.harness.runlog import RunLog
 from sweflow.instances import Instance
+from sweflow.paths import check_name
 
 if TYPE_CHECKING:
     from sweflow.cluster.environments import BuildWork
@@ -70,7 +71,8 @@ class GradeWork:
     """Grade one (instance, prediction) into ``out``: the picklable work of an executor.
 
     On a cluster node the grader's settings apply to that node's store; an instance the node
-    lacks is brought from a peer, or built when ``build`` is given."""
+    lacks is brought from a peer. With ``build``, an instance the node still lacks, or holds
+    built from another spec, is built, and leased for the grading either way."""
 
     grader: Grader
     build: BuildWork | None = None
@@ -78,9 +80,10 @@ class GradeWork:
     def __call__(self, item: tuple[Instance, Prediction], out: Path, node: Node) -> Outcome:
         instance, pred = item
         grader = self.grader.on_store(node.store)
-        if not grader.store.has_instance(instance.instance_id):
-            if not node.fetch(grader.store, instance.instance_id) and self.build is not None:
-                self.build.ensure(instance, node)
+        if self.build is not None:
+            self.build.ensure(instance, node)
+        elif not grader.store.has_instance(instance.instance_id):
+            node.fetch(grader.store, instance.instance_id)
         return _grade(grader, instance, pred, out)
 
 
@@ -100,6 +103,7 @@ def evaluate(
 ) -> RunSummary:
     """Grade every prediction (bounded concurrency, on ``executor``: this process's threads by
     default), then write the run's summary files."""
+    check_name(run_id, "run id")
     if not predictions:
         raise SweflowError("no predictions to evaluate")
     by_id = {i.instance_id: i for i in instances}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sweflow.errors import SweflowError
 from sweflow.instances import Instance
+from sweflow.paths import name_problem
 
 GOLD = "gold"
 
@@ -114,6 +115,9 @@ def _problem(row: object, known: set[str], seen: set[str]) -> str | None:
             return (
                 f"{name}: expected {' or '.join(t.__name__ for t in types)}, got {row[name]!r:.60}"
             )
+    # swebench names the model's folder with "/" as "__"
+    if problem := name_problem(row["model_name_or_path"].replace("/", "__")):
+        return f"model_name_or_path: {problem}"
     iid = row["instance_id"]
     if iid not in known:
         return f"instance_id: {iid} is not in the dataset"

@@ -5,9 +5,11 @@ Each call opens a fresh sandbox on the instance's cached layers and repeats sweb
 eval.sh, run it into test_output.txt, and grade that log with swebench's ``get_eval_report``
 (report.json). An empty patch is not run (the harness skips those too); a patch that does not
 apply, or an eval script that runs out of time, is unresolved with its reason, as is any error
-of the sandbox: one bad call never stops a batch. A Grader holds no mutable state, so threads,
-processes and Ray actors may share one (or each build their own); every call writes into its own
-log directory.
+of the sandbox: one bad call never stops a batch. The sandbox holds a lease on the instance's
+layers, so no store gc removes them meanwhile; if they go all the same, the call is an
+infrastructure failure, not a verdict (its tests ran on a tree with files missing). A Grader
+holds no mutable state, so threads, processes and Ray actors may share one (or each build their
+own); every call writes into its own log directory.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +38,20 @@ from swebench.harness.grading import get_eval_report
 
 from sweflow.envcache.builder import VENV_ACTIVATE, instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
-from sweflow.errors import ConfigError, SweflowError, is_infrastructure
+from sweflow.errors import ConfigError, InfrastructureError, SweflowError, is_infrastructure
 from sweflow.grading.guard import Refusal, check_effect, check_run, read_paths
 from sweflow.grading.patches import failure_kind, is_empty
 from sweflow.harness.apply import REPO_DIR, apply_patch
-from sweflow.harness.evalscript import make_eval_script, run_eval_script, test_spec_for
+from sweflow.harness.evalscript import (
+    EvalOutput,
+    make_eval_script,
+    run_eval_script,
+    test_spec_for,
+)
 from sweflow.harness.runlog import RunLog
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
-from sweflow.sandbox import Limits, Sandbox, open_sandbox
+from sweflow.sandbox import Limits, Sandbox, SandboxSpec, open_sandbox
 from sweflow.sandbox.backends import check_backend_name
 
 PATCH_FILE = "patch.diff"
@@ -57,6 +65,10 @@ class GradingError(SweflowError):
     """An instance that cannot be graded at all: not built, or no eval script can be made."""
 
 
+class EnvironmentGone(InfrastructureError):
+    """The instance's layers went from under a grading: an infrastructure failure, no verdict."""
+
+
 @dataclass
 class RewardResult:
     """The verdict on one patch, with the counts and files behind it.
@@ -67,8 +79,9 @@ class RewardResult:
     not run, did not apply, or the tests timed out; a refusal's says why it was refused).
     ``log_path`` is the directory of this call's harness files (None without a log directory).
     ``infrastructure`` marks an ``error`` that was the machinery's (the sandbox would not start
-    or died, a connection dropped), not the patch's: the harness reports such an instance as an
-    error too, but a reward must not count it as 0 (RL drops it; a retry may grade it).
+    or died, a connection dropped, the instance's layers were removed under it), not the
+    patch's: the harness reports such an instance as an error too, but a reward must not count
+    it as 0 (RL drops it; a retry may grade it).
     """
 
     instance_id: str
@@ -203,23 +216,11 @@ class Grader:
             (files / PATCH_FILE).write_text(patch)
             with open_sandbox(sandbox_spec, self.backend) as sandbox:
                 log.info(f"Container for {iid} started: {getattr(sandbox, 'id', '')}")
-                applied = apply_patch(sandbox, patch, log, self.timeout_s)
-                if not applied.ok:
-                    kind = "timeout" if applied.timed_out else failure_kind(patch, applied.output)
-                    why = f"the patch did not apply ({kind}): {applied.output.strip()[-500:]}"
-                    return verdict.unresolved(kind, why, out)
-                if self.tamper_guard and (refusal := check_effect(
-                    sandbox, REPO_DIR, paths, instance.test_patch, self.timeout_s
-                )):  # fmt: skip
-                    return verdict.refused(refusal, patch, out, log, applied=True)
-                _log_diff(sandbox, log, "before")
-                (files / EVAL_FILE).write_text(test_spec.eval_script)
-                ran = run_eval_script(sandbox, test_spec, files / LOG_TEST_OUTPUT, self.timeout_s)
-                if ran.timed_out:
-                    log.info(f"Test timed out after {self.timeout_s} seconds.")
-                    reason = f"the eval script ran past {self.timeout_s} s"
-                    return verdict.unresolved("timeout", reason, out)
-                _log_diff(sandbox, log, "after")
+                ran = self._in_sandbox(sandbox, instance, patch, paths, test_spec, files, out,
+                                       log, verdict)  # fmt: skip
+            _check_environment(sandbox_spec)  # before any verdict is written
+            if not isinstance(ran, EvalOutput):
+                return ran()
             if self.tamper_guard and (refusal := check_run(ran.log_path.read_text(),
                                                            test_spec.log_parser)):  # fmt: skip
                 return verdict.refused(refusal, patch, out, log, applied=True)
@@ -228,6 +229,28 @@ class Grader:
             log.info(f"report: {report}\nResult for {iid}: resolved: {report[iid]['resolved']}")
             (files / LOG_REPORT).write_text(json.dumps(report, indent=4))
             return verdict.graded(report[iid], out)
+
+    def _in_sandbox(self, sandbox, instance, patch, paths, test_spec, files, out, log, verdict):
+        """Apply the patch and run the eval script: the run, or the verdict reached before it
+        (to be given once the environment is known to have stayed whole)."""
+        applied = apply_patch(sandbox, patch, log, self.timeout_s)
+        if not applied.ok:
+            kind = "timeout" if applied.timed_out else failure_kind(patch, applied.output)
+            why = f"the patch did not apply ({kind}): {applied.output.strip()[-500:]}"
+            return partial(verdict.unresolved, kind, why, out)
+        if self.tamper_guard and (refusal := check_effect(
+            sandbox, REPO_DIR, paths, instance.test_patch, self.timeout_s
+        )):  # fmt: skip
+            return partial(verdict.refused, refusal, patch, out, log, applied=True)
+        _log_diff(sandbox, log, "before")
+        (files / EVAL_FILE).write_text(test_spec.eval_script)
+        ran = run_eval_script(sandbox, test_spec, files / LOG_TEST_OUTPUT, self.timeout_s)
+        if ran.timed_out:
+            log.info(f"Test timed out after {self.timeout_s} seconds.")
+            reason = f"the eval script ran past {self.timeout_s} s"
+            return partial(verdict.unresolved, "timeout", reason, out)
+        _log_diff(sandbox, log, "after")
+        return ran
 
 
 class _Verdict:
@@ -300,6 +323,17 @@ def _log_diff(sandbox: Sandbox, log: RunLog, when: str) -> None:
         return
     diff = sandbox.exec("git -c core.fileMode=false diff", cwd=REPO_DIR).output.strip()
     log.info(f"Git diff {when}:\n{diff}")
+
+
+def _check_environment(spec: SandboxSpec) -> None:
+    """Raise EnvironmentGone if a layer of the sandbox was removed while it ran: its tests ran
+    on a tree with files missing, which says nothing about the patch."""
+    gone = [str(layer) for layer in spec.layers if not layer.is_dir()]
+    if gone:
+        raise EnvironmentGone(
+            f"the environment's layers were removed while it was graded ({', '.join(gone)}): "
+            "no verdict; grade it again"
+        )
 
 
 @contextlib.contextmanager

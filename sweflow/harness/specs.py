@@ -43,6 +43,8 @@ ENV_LAYER_FIELDS: tuple[str, ...] = (
     "pre_install",
     "env_vars",
 )
+# The fields read only when tests run (by the eval script): editing them changes no layer.
+TEST_TIME_FIELDS: tuple[str, ...] = ("test_cmd", "eval_commands", "log_parser", "test_directives")
 _DIGEST_SCHEMA = "sweflow.envspec/1"  # bump when the digest's payload changes meaning
 _REPO_RE = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
@@ -128,6 +130,17 @@ class EnvSpec(BaseModel):
             payload["pypi_cutoff"] = self.pypi_cutoff.isoformat()
         if self.conda_optional:
             payload["conda_optional"] = sorted(self.conda_optional)
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def build_digest(self) -> str:
+        """sha256 of every field a build reads (all but ``TEST_TIME_FIELDS``), as canonical JSON.
+
+        An instance built from a spec with another build digest is stale: its environment or
+        its install step would differ now. Fields left at their defaults are left out, so a
+        field added to EnvSpec later changes no stored instance's digest."""
+        fields = self.model_dump(mode="json", exclude=set(TEST_TIME_FIELDS), exclude_defaults=True)
+        payload = {"schema": _DIGEST_SCHEMA, **fields}
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
 

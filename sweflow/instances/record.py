@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sweflow.configfile import FolderName
 from sweflow.errors import SweflowError
 
 
@@ -32,7 +33,7 @@ class Instance(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    instance_id: str = Field(min_length=1)
+    instance_id: FolderName  # it names the instance's manifests, logs and trajectories
     repo: str = Field(min_length=1)
     base_commit: str = Field(min_length=1)
     patch: str = ""

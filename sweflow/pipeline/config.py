@@ -99,15 +99,59 @@ PipelineConfig = create_model(
 
 
 def load_pipeline_config(
-    path: Path | str, overrides: Sequence[str] = (), **top_level: Any
+    path: Path | str, overrides: Sequence[str] = (), *, root: Path | None = None, **top_level: Any
 ) -> PipelineConfig:
     """Read a YAML config; ``overrides`` are dotted ``key=value`` settings (``agent.max_steps=12``,
-    values in YAML syntax) and ``top_level`` replaces top-level keys (e.g. ``run_dir``)."""
+    values in YAML syntax) and ``top_level`` replaces top-level keys (e.g. ``run_dir``). The
+    result is checked (:func:`check_config`) against ``root``, the directory the pipeline will
+    run in (default: this one)."""
     path = Path(path)
     data = read_yaml_mapping(path, "pipeline config", PipelineConfigError)
     data.update({k: v for k, v in top_level.items() if v is not None})
     apply_overrides(data, overrides, PipelineConfigError)
-    return validate_model(PipelineConfig, data, f"pipeline config {path}", PipelineConfigError)
+    config = validate_model(PipelineConfig, data, f"pipeline config {path}", PipelineConfigError)
+    check_config(config, root or Path.cwd(), f"pipeline config {path}")
+    return config
+
+
+def check_config(config: PipelineConfig, root: Path, where: str = "pipeline config") -> None:
+    """What the schema cannot see, told before any stage runs (a stage would fail on it later,
+    and a path error there reads as the machinery's and is retried): inputs that must exist,
+    folders that are files, models named like nothing. Relative paths are relative to ``root``,
+    the directory the pipeline runs in."""
+    from sweflow.serving.models import is_model_folder, model_ref_problem
+
+    def at(path: Path) -> Path:
+        return path if path.is_absolute() else root / path
+
+    paths = [  # (field, its value, a folder rather than a file, an input that must exist)
+        ("run_dir", config.run_dir, True, False),
+        ("envs.store", config.envs.store, True, False),
+        ("dataset.path", config.dataset.path, False, True),
+        ("dataset.specs", config.dataset.specs, False, True),
+        ("dataset.repo_mirror", config.dataset.repo_mirror, True, True),
+        ("envs.wheelhouse", config.envs.wheelhouse, True, True),
+    ]
+    problems = []
+    for field, path, folder, needed in paths:
+        if path is None:
+            continue
+        if not at(path).exists():
+            if needed:
+                where_from = "" if path.is_absolute() else f" (relative to {root})"
+                problems.append(f"{field}: {path} does not exist{where_from}")
+        elif at(path).is_dir() != folder:
+            kinds = ("a folder", "a file") if at(path).is_dir() else ("a file", "a folder")
+            problems.append(f"{field}: {path} is {kinds[0]}, not {kinds[1]}")
+    models = (("model.source", config.model.source), ("sft.model", config.sft.model),
+              ("rl.model", config.rl.model))  # fmt: skip
+    for field, ref in models:
+        if ref is None or is_model_folder(at(Path(ref))):
+            continue
+        if (problem := model_ref_problem(ref)) is not None:
+            problems.append(f"{field}: {problem}")
+    if problems:
+        raise PipelineConfigError(f"{where}: {'; '.join(problems)}")
 
 
 __all__ = ["BY_NAME", "STAGE_NAMES", "PipelineConfig", "PipelineConfigError", "Stage"]

@@ -20,6 +20,7 @@ from sweflow.pipeline.sections import (
     CollectSection,
     EvalSection,
     InferSection,
+    ReportSection,
     RLSection,
     Section,
     SFTSection,
@@ -107,5 +108,11 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("evaluate", f"{_STAGES}.evaluate:evaluate",
               "Grade preds.json like swebench's run_evaluation (same files, same summary).",
               upstream=("infer",), reads=("sandbox",), section=EvalSection, key="eval"),
+    StageSpec("report", f"{_STAGES}.report:report",
+              "What the run did and learned: the base model beside the trained one.",
+              upstream=("evaluate",),
+              after=("build_envs", "validate_envs", "collect_trajectories", "sft", "rl", "infer"),
+              reads=("model", "agent", "sandbox", "split", "infer"), section=ReportSection,
+              key="report", serves_model=True),
 )  # fmt: skip
 BY_NAME: dict[str, StageSpec] = {stage.name: stage for stage in STAGES}

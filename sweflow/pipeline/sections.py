@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.agent.config import AgentConfig, SamplingConfig, ServedTeacher, Teacher
+from sweflow.configfile import FolderName
 from sweflow.envcache.dataset import dataset_specs
 from sweflow.sandbox.backends import DEFAULT_BACKEND
 from sweflow.sandbox.spec import BackendName
@@ -141,8 +142,16 @@ class InferSection(Section):
     limit: int | None = Field(3, ge=1, description="tasks used (None: all in the eval split)")
 
 
+class ReportSection(Section):
+    baseline_cache: Path | None = Field(
+        None,
+        description="a JSON file that keeps the base model's held-out figures by model, tasks "
+        "and settings (measured when missing); None: measured in every run that trains",
+    )
+
+
 class EvalSection(Section):
-    run_id: str = "pipeline"
+    run_id: FolderName = Field("pipeline", description="names the run's report and log folders")
     max_workers: int = Field(2, ge=1)
     timeout_s: float = Field(1800.0, gt=0)
     tamper_guard: bool = Field(

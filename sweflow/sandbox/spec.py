@@ -6,20 +6,18 @@ One spec serves every backend, so a rollout that ran container-free runs the sam
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
+from sweflow.registered import registered_name
 from sweflow.sandbox.backends import BACKENDS, backends_help, check_backend_name
-from sweflow.sandbox.errors import SandboxConfigError
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -79,6 +77,12 @@ class SandboxSpec(BaseModel):
         None, description="with upper='disk': where the writable layer lives (kept after close)"
     )
     repo_base: str = Field("HEAD", description="git revision that diff() compares the workdir to")
+    leases: list[Path] = Field(
+        default_factory=list,
+        description="lease files the sandbox holds (a shared flock) from before it reads a "
+        "layer until it closes: a layer store's gc keeps the layers they name (see "
+        "sweflow.sandbox.leases)",
+    )
     template: str | None = Field(
         None,
         description="cloud backends (e2b): the template holding these layers; default: the "
@@ -120,16 +124,8 @@ class SandboxSpec(BaseModel):
         return env
 
 
-def _backend_name(name: str) -> str:
-    try:
-        return check_backend_name(name)
-    except SandboxConfigError as exc:
-        raise ValueError(str(exc)) from None
-
-
 # The type of a config field that names a backend: the form shows the registered names.
-BackendName = Annotated[
-    str,
-    AfterValidator(_backend_name),
-    WithJsonSchema({"type": "string", "examples": list(BACKENDS), "description": backends_help()}),
-]
+BackendName = registered_name(
+    check_backend_name,
+    lambda: {"examples": list(BACKENDS), "description": backends_help()},
+)

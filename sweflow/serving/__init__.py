@@ -11,6 +11,7 @@ from sweflow.serving.models import (
     DEFAULT_MODEL,
     KNOWN_MODELS,
     ModelPrepareError,
+    model_ref_problem,
     prepare_model,
     resolve_model,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "ModelPrepareError",
     "ServeConfig",
     "ServeError",
+    "model_ref_problem",
     "prepare_model",
     "resolve_model",
     "tool_parser_for",

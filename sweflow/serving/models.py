@@ -139,18 +139,29 @@ def resolve_model(ref: str | Path, revision: str | None = None, cache: Path | No
     cache when ``HF_HUB_OFFLINE=1``.
     """
     text = str(ref)
+    if (problem := model_ref_problem(text)) is not None:
+        raise ModelPrepareError(problem)
     path = Path(text).expanduser()
     if is_model_folder(path):
         return path
     if text in KNOWN_MODELS:
         return prepare_model(text, (cache or cache_root() / "models") / text)
     repo_id, _, pinned = text.partition("@")
-    if not HUB_ID.match(repo_id):
-        raise ModelPrepareError(
-            f"model {text!r} is not a Hugging Face folder (no config.json), a bundled model "
-            f"({', '.join(KNOWN_MODELS)}) or a Hub id like org/name[@revision]"
-        )
     return _from_hub(repo_id, pinned or revision)
+
+
+def model_ref_problem(ref: str) -> str | None:
+    """Why ``ref`` names no model, told without fetching anything (so that a config or an
+    option is refused before any work), or None: it is a folder with a config.json, a bundled
+    name, or shaped like a Hub id (whether the Hub has it is known only by asking)."""
+    if is_model_folder(Path(ref).expanduser()) or ref in KNOWN_MODELS:
+        return None
+    if HUB_ID.match(ref.partition("@")[0]):
+        return None
+    return (
+        f"model {ref!r} is not a Hugging Face folder (no config.json), a bundled model "
+        f"({', '.join(KNOWN_MODELS)}) or a Hub id like org/name[@revision]"
+    )
 
 
 def _from_hub(repo_id: str, revision: str | None) -> Path:

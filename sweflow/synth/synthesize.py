@@ -298,13 +298,14 @@ class Synthesizer:
         header = "# Environment specs of the tasks beside this file (written by sweflow synth).\n"
         specs_path.write_text(header + yaml.safe_dump(data, sort_keys=True))
         report_path = out.with_suffix(".report.json")
-        report_path.write_text(json.dumps([_report_json(r) for r in reports], indent=2) + "\n")
+        report_path.write_text(json.dumps([report_json(r) for r in reports], indent=2) + "\n")
         if self.config.split is not None:  # the held-out repos, as the pipeline's split reads them
             split = self.config.split.model_dump()
             (out.parent / "split.json").write_text(json.dumps(split, indent=1) + "\n")
 
 
-def _report_json(report: SourceReport) -> dict:
+def report_json(report: SourceReport) -> dict:
+    """A source's report as tasks.report.json holds it (benchmarks read it back)."""
     return {
         "source": report.source,
         "repo": report.repo,

@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from sweflow.errors import SweflowError
+from sweflow.errors import ConfigError, SweflowError
 
 ATTEMPT = ".sweflow-attempt.json"
 BIG_FILE = 16 << 20  # weights: identified by name, size and mtime, not read on every check
@@ -81,6 +81,8 @@ def resume_point(
 @contextlib.contextmanager
 def work_lock(work_dir: Path) -> Iterator[None]:
     """One trainer at a time in a work folder (a second one is refused, not interleaved)."""
+    if work_dir.exists() and not work_dir.is_dir():
+        raise ConfigError(f"{work_dir} is a file, not a folder: give the run a folder")
     work_dir.mkdir(parents=True, exist_ok=True)
     with (work_dir / ".lock").open("w") as fh:
         try:

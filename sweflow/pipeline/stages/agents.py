@@ -49,7 +49,7 @@ def split_rows(ctx: StageContext, part: str, limit: int | None) -> list[Instance
     return rows[:limit] if limit else rows
 
 
-def _run_job(
+def run_job(
     ctx: StageContext,
     out_dir: Path,
     total: int,
@@ -165,7 +165,7 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
     grader = Grader(config.store(), specs, backend=config.sandbox.backend,
                     log_dir=out / "grading", tamper_guard=config.collect.tamper_guard)  # fmt: skip
     runs = len(rows) * config.collect.rollouts
-    summary, where = _run_job(
+    summary, where = run_job(
         ctx, out, runs, lambda batch: agent_jobs.collect(rows, batch),
         rollouts=config.collect.rollouts, grader=grader, **teacher,
     )  # fmt: skip
@@ -174,11 +174,12 @@ def collect_trajectories(ctx: StageContext) -> StageResult:
         "collect_trajectories",
         file_digest(sft),
         summary.outputs,
-        {"tasks": summary.tasks, "runs": summary.runs, "resolved": summary.resolved,
+        {"tasks": summary.tasks, "runs": summary.runs, "submitted": summary.submitted,
+         "resolved": summary.resolved,
          "kept": summary.kept, "skipped": len(summary.skipped),
          "tokens": summary.prompt_tokens + summary.completion_tokens},
         _trajectory_rows(out),
-        "\n\n".join(filter(None, [_teacher_markdown(summary), where])),
+        "\n\n".join(filter(None, [where, _teacher_markdown(summary)])),
     )  # fmt: skip
 
 
@@ -203,7 +204,7 @@ def infer(ctx: StageContext) -> StageResult:
     servers = ctx.model_servers()
     model, mode = servers.endpoint(config.model, config.agent, config.run_dir, trained)
     name = config.model.name
-    summary, where = _run_job(
+    summary, where = run_job(
         ctx, out, len(rows), lambda batch: agent_jobs.infer(rows, batch, name),
         model=model, tool_mode=mode,
     )  # fmt: skip

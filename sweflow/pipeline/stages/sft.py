@@ -47,6 +47,7 @@ def sft(ctx: StageContext) -> StageResult:
         "heldout": report["heldout_examples"],
         "steps": result.steps,
         "truncated": report["truncated"],
+        "split": report["split"],
         "skipped": report["skipped_overlength"] + report["skipped_drift"],
         "malformed lines": len(report["malformed"]),
     }

@@ -55,6 +55,7 @@ from sweflow.sandbox.errors import (
     SandboxFileError,
     SandboxStartError,
 )
+from sweflow.sandbox.leases import HeldLeases, hold_leases
 from sweflow.sandbox.procs import owner_id
 from sweflow.sandbox.shell import SHELL_ENV
 from sweflow.sandbox.spec import SandboxSpec
@@ -108,6 +109,7 @@ class DockerSandbox(SupervisedShell):
         self.container_id: str | None = None
         self._nonce = os.urandom(8).hex()
         self.client = client or docker_client()
+        self._leases = HeldLeases([])
         try:
             self._start()
         except BaseException:
@@ -139,6 +141,7 @@ class DockerSandbox(SupervisedShell):
                 raise SandboxConfigError(f"bind source {bind.source} does not exist")
 
     def _start(self) -> None:
+        self._leases = hold_leases(self.spec.leases)  # the layers stay while the image is made
         self._check_spec()
         spec, limits = self.spec, self.spec.limits
         self.image = ensure_image(self.client, list(spec.layers))
@@ -250,6 +253,7 @@ class DockerSandbox(SupervisedShell):
         if self._own_client:
             with contextlib.suppress(Exception):
                 self.client.close()
+        self._leases.release()
 
     # -- commands ---------------------------------------------------------------------------
     def _kill_all(self) -> None:

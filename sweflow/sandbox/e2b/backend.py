@@ -44,6 +44,7 @@ from sweflow.sandbox.errors import (
     SandboxFileError,
     SandboxStartError,
 )
+from sweflow.sandbox.leases import hold_leases
 from sweflow.sandbox.procs import owner_id, owner_is_gone
 from sweflow.sandbox.shell import SHELL_ENV
 from sweflow.sandbox.spec import SandboxSpec
@@ -85,6 +86,15 @@ class E2BSandbox(SupervisedShell):
         self._supervisor: Any = None
         self.sandbox: Any = None
         self._check_spec()
+        self._leases = hold_leases(spec.leases)  # the layers stay while a template reads them
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        spec = self.spec
         env = environment_for(spec)
         self._e2b = _sdk()
         if env is None:
@@ -103,13 +113,9 @@ class E2BSandbox(SupervisedShell):
                 f"e2b could not create a sandbox from {template}: {exc}"
             ) from exc
         self._renew_at = time.monotonic() + LIFETIME_S - RENEW_BELOW_S
-        try:
-            if env is not None and env.mode == "upload":
-                self._upload(env)
-            self._start_supervisor()
-        except BaseException:
-            self.close()
-            raise
+        if env is not None and env.mode == "upload":
+            self._upload(env)
+        self._start_supervisor()
 
     @classmethod
     def collect_garbage(cls) -> dict[str, int]:
@@ -284,6 +290,7 @@ class E2BSandbox(SupervisedShell):
                 self.sandbox.kill()
             except Exception:  # noqa: BLE001 - gone already; gc finds what a failure leaves
                 pass
+        self._leases.release()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sweflow.sandbox.base import TIMEOUT_EXIT_CODE, ExecResult, Sandbox
 from sweflow.sandbox.errors import SandboxConfigError, SandboxCrashError, SandboxStartError
+from sweflow.sandbox.leases import HeldLeases, hold_leases
 from sweflow.sandbox.local import fsaccess, hostroot
 from sweflow.sandbox.local.build import nsinit_path
 from sweflow.sandbox.local.cgroups import SandboxCgroups
@@ -65,6 +66,7 @@ class LocalSandbox(Sandbox):
         self._cgroups: SandboxCgroups | None = None
         self._work_dir: Path | None = None
         self._host_root = -1  # the fd holding the host-root view, when a layer is the host's /
+        self._leases = HeldLeases([])
         try:
             self._start()
         except BaseException:
@@ -87,6 +89,7 @@ class LocalSandbox(Sandbox):
     # -- lifecycle ------------------------------------------------------------------------
     def _start(self) -> None:
         spec = self.spec
+        self._leases = hold_leases(spec.leases)  # before a layer is looked at
         for layer in spec.layers:
             if not layer.is_dir():
                 raise SandboxConfigError(f"layer {layer} is not a directory")
@@ -227,6 +230,7 @@ class LocalSandbox(Sandbox):
             if self._host_root >= 0:  # after the init is gone: its overlay no longer needs it
                 hostroot.release(self._host_root)
                 self._host_root = -1
+            self._leases.release()  # likewise: the layers may go now
 
     # -- commands ---------------------------------------------------------------------------
     def exec(

@@ -35,6 +35,11 @@ class RLError(SweflowError):
     """RL cannot run as configured; the message names what to change."""
 
 
+class RLInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped training; the message says where a re-run resumes. A
+    KeyboardInterrupt still, so that every caller winds down as for any interrupt."""
+
+
 @dataclass
 class RLRun:
     """One RL run's inputs. ``env`` runs episodes in this process (trl); a trainer whose

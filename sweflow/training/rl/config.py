@@ -13,27 +13,12 @@ Values that cannot work together are refused here, naming the fields, before any
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sweflow.training.rl.backends import (
-    DEFAULT_RL_BACKEND,
-    RL_BACKENDS,
-    RLBackendError,
-    check_rl_backend,
-)
-
-
-def _registered(name: str) -> str:
-    try:
-        return check_rl_backend(name)
-    except RLBackendError as exc:
-        raise ValueError(str(exc)) from None
-
-
-def _choices(schema: dict[str, Any]) -> None:
-    schema["enum"] = list(RL_BACKENDS)  # read when the schema is made: later registrations show
+from sweflow.registered import registered_name
+from sweflow.training.rl.backends import DEFAULT_RL_BACKEND, RL_BACKENDS, check_rl_backend
 
 
 def default_group_size() -> int:
@@ -44,7 +29,7 @@ def default_group_size() -> int:
 
 
 # The type of the field that names an RL backend: the registered names, in the form too.
-RLBackendName = Annotated[str, AfterValidator(_registered), Field(json_schema_extra=_choices)]
+RLBackendName = registered_name(check_rl_backend, lambda: {"enum": list(RL_BACKENDS)})
 
 
 class RLConfig(BaseModel):

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from sweflow.instances import Instance
+from sweflow.sandbox.tracking import interrupted, run_interruptible
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.output import model_card, publish
-from sweflow.training.rl.backend import RLError, RLRun, StepProgress
+from sweflow.training.rl.backend import RLError, RLInterrupted, RLRun, StepProgress
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.episode import Episode, EpisodeEnv, run_episode, save_episodes
 from sweflow.training.rl.result import (
@@ -50,13 +51,11 @@ class TRLBackend:
         return published(run.out, run.inputs)
 
     def resume(self, run: RLRun) -> Path | None:
-        from transformers.trainer_utils import get_last_checkpoint
-
         checkpoints = run.work / "checkpoints"
-        last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+        last = last_checkpoint(checkpoints)
         stale = [checkpoints, run.work / "tensorboard", run.work / "rollouts",
                  run.work / "metrics.jsonl"]  # fmt: skip
-        return resume_point(run.work, run.inputs, Path(last) if last else None, stale)
+        return resume_point(run.work, run.inputs, last, stale)
 
     def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
         import torch
@@ -92,6 +91,13 @@ class TRLBackend:
         began = time.monotonic()
         try:
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        except KeyboardInterrupt:
+            last = last_checkpoint(work / "checkpoints")
+            resumes = f"from {last.name}" if last else "from the start (no checkpoint yet)"
+            raise RLInterrupted(
+                f"RL stopped in step {trainer.state.global_step + 1} of {rl.steps}; "
+                f"the same command resumes {resumes}"
+            ) from None
         except RuntimeError as exc:
             if "out of memory" in str(exc).lower() or "allocate" in str(exc).lower():
                 raise RLError(
@@ -118,6 +124,19 @@ class TRLBackend:
                 _card(result, rl))  # fmt: skip
         shutil.rmtree(final, ignore_errors=True)
         return result
+
+
+def last_checkpoint(folder: Path) -> Path | None:
+    """The newest whole checkpoint in ``folder``: one a kill cut short while it was saved (its
+    trainer_state.json, written last, missing) is removed, never resumed from."""
+    whole = None
+    steps = (p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit())
+    for path in sorted(steps, key=lambda p: int(p.name.split("-")[-1])):
+        if (path / "trainer_state.json").is_file():
+            whole = path
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    return whole
 
 
 def summarize(
@@ -158,6 +177,20 @@ def _no_spread(group: list[Episode]) -> bool:
     return len(rewards) <= 1
 
 
+def _until_interrupted() -> Any:
+    """A stopping criterion of ``generate`` checked after every token: Ctrl-C cancels the
+    episodes, and the reply being generated in a worker thread ends at once with them (it would
+    keep the process alive until its last token)."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class UntilInterrupted(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            return torch.full((input_ids.shape[0],), interrupted(), dtype=torch.bool)
+
+    return UntilInterrupted()
+
+
 class LocalGenerator:
     """Sampling from the policy being trained, in this process (Hugging Face ``generate``).
 
@@ -191,6 +224,7 @@ class LocalGenerator:
                         pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
                         output_logits=True,
                         return_dict_in_generate=True,
+                        stopping_criteria=[_until_interrupted()],
                     )
             finally:
                 self.model.train(was_training)
@@ -220,7 +254,7 @@ def make_rollout(
             jobs = [run_episode(tasks[p], env, encoder, generator, rl) for p in prompts]
             return list(await asyncio.gather(*jobs))
 
-        episodes = asyncio.run(all_episodes())
+        episodes = run_interruptible(all_episodes())  # Ctrl-C closes the episodes' sandboxes
         step = trainer.state.global_step + 1
         records.append(summarize(step, episodes, time.perf_counter() - began, generator.busy_s,
                                  rl.rollouts_per_task))  # fmt: skip

@@ -27,10 +27,11 @@ class SFTConfig(BaseModel):
     gradient_accumulation_steps: int = Field(1, ge=1)
     max_steps_per_epoch: int | None = Field(None, ge=1, description="None: the whole dataset")
     max_seq_len: int = Field(2048, ge=64, description="tokens per sequence")
-    overlength: Literal["truncate", "skip"] = Field(
-        "truncate",
-        description="a longer conversation: truncate keeps its start (system and task) and the "
-        "latest turns that fit (the edit, the check, the submit); skip drops it (both counted)",
+    overlength: Literal["split", "truncate", "skip"] = Field(
+        "split",
+        description="a longer conversation: split trains every turn once in windows that keep "
+        "its start (system and task) and as much earlier context as fits; truncate keeps the "
+        "start and the latest turns that fit; skip drops it (each counted)",
     )
     heldout_fraction: float = Field(
         0.0, ge=0, lt=1, description="tasks kept out of training to measure loss before/after"

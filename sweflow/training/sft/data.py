@@ -17,8 +17,7 @@ from typing import Any
 
 from sweflow.errors import ConfigError
 from sweflow.training.chat import ActionsLostError, ChatEncoder, ChatTemplateError, DriftError
-
-IGNORE = -100  # the label of a token that is not trained (torchtune's CROSS_ENTROPY_IGNORE_IDX)
+from sweflow.training.sft.windows import IGNORE, last_turns, split_windows
 
 
 class SFTDataError(ConfigError):
@@ -30,10 +29,12 @@ class DataReport:
     """What became of each line of the data (for the stage's table and the model card)."""
 
     lines: int = 0
-    examples: int = 0
+    examples: int = 0  # the train split's; tokens and trained_tokens are counted on it alone
     heldout_examples: int = 0
     malformed: list[str] = field(default_factory=list)  # "line N: why"
-    truncated: int = 0
+    truncated: int = 0  # cut to their start and last turns (overlength: truncate)
+    split: int = 0  # made into several windows (overlength: split)
+    dropped_turns: int = 0  # assistant turns too long for a sequence even alone (split)
     skipped_overlength: int = 0
     skipped_drift: int = 0
     skipped_untrained: int = 0
@@ -78,19 +79,36 @@ def read_records(path: Path, report: DataReport) -> list[dict[str, Any]]:
 
 
 def _record_problem(record: Any) -> str | None:
+    """What makes a line no conversation to train on, naming the message; None if it is one."""
     if not isinstance(record, dict):
         return "not a JSON object"
     messages = record.get("messages")
     if not isinstance(messages, list) or not messages:
         return "no messages"
-    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
-        return "a message without a role"
+    for number, message in enumerate(messages, 1):
+        if why := _message_problem(message):
+            return f"message {number} {why}"
     if not any(m["role"] == "assistant" for m in messages):
         return "no assistant turn to learn from"
     tools = record.get("tools")
     if tools is not None and not isinstance(tools, list):
         return "tools is not a list"
     return None
+
+
+def _message_problem(message: Any) -> str | None:
+    """A message the chat template cannot render as the served model sees it: no role, or no
+    text (null content is the OpenAI form only of an assistant turn that calls tools)."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        return "has no role"
+    role, content = message["role"], message.get("content")
+    if isinstance(content, str):
+        return None
+    if content is None and role == "assistant" and message.get("tool_calls"):
+        return None
+    if content is None:
+        return f"({role}) has null content"
+    return f"({role}) has {type(content).__name__} content, not text"
 
 
 def is_heldout(instance_id: str, fraction: float, seed: int) -> bool:
@@ -118,45 +136,41 @@ def tokenize_records(
             report.skipped_drift += 1
             report.malformed.append(f"{record.get('instance_id', '?')}: {exc}")
             continue
+        sequences = [(encoded.tokens, _labels(encoded.tokens, encoded.trained))]
         if len(encoded.tokens) > max_seq_len:
-            if (
-                overlength == "skip"
-                or (encoded := _last_turns(record, encoder, max_seq_len)) is None
-            ):
+            sequences = _fitted(record, encoder, max_seq_len, overlength, report)
+            if not sequences:
                 report.skipped_overlength += 1
                 continue
-            report.truncated += 1
-        tokens = encoded.tokens
-        labels = [t if keep else IGNORE for t, keep in zip(tokens, encoded.trained, strict=True)]
-        trained = sum(label != IGNORE for label in labels)
-        if not trained:
+        sequences = [(t, labels) for t, labels in sequences if any(x != IGNORE for x in labels)]
+        if not sequences:
             report.skipped_untrained += 1
             continue
         source = str(record.get("source", "model"))
         report.sources[source] = report.sources.get(source, 0) + 1
-        report.tokens += len(tokens)
-        report.trained_tokens += trained
-        examples.append(Example(str(record.get("instance_id", "")), tokens, labels))
+        for tokens, labels in sequences:
+            examples.append(Example(str(record.get("instance_id", "")), tokens, labels))
     return examples
 
 
-def _last_turns(record: dict[str, Any], encoder: ChatEncoder, max_seq_len: int):
-    """A conversation too long for ``max_seq_len``, cut to its start (the system and task
-    messages) and the latest turns that fit: the edit, the check and the submit are what a
-    trajectory teaches last, and a cut at the end would drop them. None when even the start and
-    the last assistant turn do not fit."""
-    messages = record["messages"]
-    start = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    turns = [i for i in range(start, len(messages)) if messages[i]["role"] == "assistant"]
-    for first in turns[1:]:
-        kept = [*messages[:start], *messages[first:]]
-        try:
-            encoded = encoder.encode(kept, record.get("tools"))
-        except DriftError:
-            continue
-        if len(encoded.tokens) <= max_seq_len:
-            return encoded
-    return None
+def _labels(tokens: list[int], trained: list[bool]) -> list[int]:
+    return [t if keep else IGNORE for t, keep in zip(tokens, trained, strict=True)]
+
+
+def _fitted(record: dict[str, Any], encoder: ChatEncoder, max_seq_len: int, overlength: str,
+            report: DataReport) -> list[tuple[list[int], list[int]]]:  # fmt: skip
+    """A conversation over ``max_seq_len`` as sequences that fit (sweflow.training.sft.windows),
+    or none (skipped)."""
+    messages, tools = record["messages"], record.get("tools")
+    if overlength == "split":
+        windows, dropped = split_windows(messages, tools, encoder, max_seq_len)
+        report.split += bool(windows)
+        report.dropped_turns += dropped
+        return windows
+    if overlength == "truncate" and (cut := last_turns(messages, tools, encoder, max_seq_len)):
+        report.truncated += 1
+        return [(cut.tokens, _labels(cut.tokens, cut.trained))]
+    return []
 
 
 def prepare(
@@ -175,28 +189,54 @@ def prepare(
     if not data.is_file():
         raise SFTDataError(f"no SFT data at {data}")
     records = read_records(data, report)
+    if not report.lines:
+        raise SFTDataError(
+            f"{data} has no resolved trajectories to train on (it is empty). Collect with a "
+            "stronger teacher (collect.teacher: endpoint) or with the gold patches replayed "
+            "through the agent's tools (collect.teacher: replay)."
+        )
     if not records:
         raise SFTDataError(
-            f"{data} has no resolved trajectories to train on ({report.lines} lines"
-            f"{', ' + str(len(report.malformed)) + ' malformed' if report.malformed else ''}). "
-            "Collect with a stronger teacher (collect.teacher: endpoint) or with the gold "
-            "patches replayed through the agent's tools (collect.teacher: replay)."
+            f"{data}: none of its {report.lines} lines is a conversation to train on: "
+            f"{_first(report.malformed)}"
         )
     examples = tokenize_records(records, encoder, max_seq_len, overlength, report)
     held = [e for e in examples if is_heldout(e.instance_id, heldout_fraction, seed)]
     train = [e for e in examples if not is_heldout(e.instance_id, heldout_fraction, seed)]
     if not train:
         raise SFTDataError(
-            f"{data}: none of its {len(records)} conversations is left to train on "
-            f"({report.skipped_overlength} over max_seq_len {max_seq_len}, {len(held)} held "
-            f"out, {report.skipped_drift} not renderable as served); raise sft.max_seq_len or "
-            "lower sft.heldout_fraction"
+            f"{data}: none of its {len(records)} conversations is left to train on"
+            + _why_none_left(report, len(held), max_seq_len)
         )
     report.examples, report.heldout_examples = len(train), len(held)
+    report.tokens = sum(len(e.tokens) for e in train)  # what a step's throughput is made of
+    report.trained_tokens = sum(label != IGNORE for e in train for label in e.labels)
     out_dir.mkdir(parents=True, exist_ok=True)
     train_path = _write(out_dir / "train.jsonl", train)
     heldout_path = _write(out_dir / "heldout.jsonl", held) if held else None
     return train_path, heldout_path, report
+
+
+def _first(problems: list[str], shown: int = 3) -> str:
+    """The first few of ``problems``, and how many more there are."""
+    more = len(problems) - shown
+    return "; ".join(problems[:shown]) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _why_none_left(report: DataReport, held: int, max_seq_len: int) -> str:
+    """What took each conversation out, with the setting to change for each cause."""
+    causes = []
+    if report.skipped_overlength:
+        causes.append(f"{report.skipped_overlength} over max_seq_len {max_seq_len} "
+                      "(raise sft.max_seq_len)")  # fmt: skip
+    if held:
+        causes.append(f"{held} held out (lower sft.heldout_fraction)")
+    if report.skipped_drift:
+        causes.append(f"{report.skipped_drift} not renderable as served: "
+                      f"{_first(report.malformed)}")  # fmt: skip
+    if report.skipped_untrained:
+        causes.append(f"{report.skipped_untrained} with no assistant token left to train")
+    return ": " + "; ".join(causes) if causes else ""
 
 
 def _write(path: Path, examples: list[Example]) -> Path:

@@ -3,8 +3,9 @@ beside the run so that a user can re-run it by hand, and the process watched unt
 
 Recipes: ``full_finetune_single_device`` and ``lora_finetune_single_device`` on one device, the
 ``*_distributed`` ones with ``--nproc_per_node`` on more than one GPU. On a CPU the settings that
-work are forced (fp32, a plain AdamW, no activation offloading; FACTS.md). A run that dies is
-resumed from its last epoch checkpoint when the config is unchanged, else started over.
+work are forced (fp32: bf16 did not learn here; a plain AdamW: the 8-bit paged one needs CUDA; no
+activation offloading). A run that dies is resumed from its last epoch checkpoint when the
+config is unchanged, else started over.
 """
 
 from __future__ import annotations

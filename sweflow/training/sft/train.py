@@ -9,6 +9,7 @@ plots the loss curve. A second call with the same inputs finds the published mod
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sweflow.training.chat import ChatEncoder
-from sweflow.training.output import RECORD, model_card, publish
+from sweflow.training.output import CARD, RECORD, model_card, publish
 from sweflow.training.sft import data as sft_data
 from sweflow.training.sft import recipe
 from sweflow.training.sft.architectures import checkpoint_model_type
@@ -115,14 +116,15 @@ def _train(
     _measure(result, records, report, config)
     result.recipe_config = str(work_dir / "recipe.yaml")
     result.tensorboard = str(work_dir / "tensorboard")
-    publish(recipe.last_epoch_dir(plan.checkpoints), base, out, dtype, result.to_dict(),
-            _card(result, config, file_digest(data)))  # fmt: skip
-    if heldout:
+    card = functools.partial(_card, result, config, file_digest(data))
+    publish(recipe.last_epoch_dir(plan.checkpoints), base, out, dtype, result.to_dict(), card())
+    if heldout:  # measured on the published folder (which proves it loads), so after publishing
         say("held-out loss of the fine-tuned model")
         result.heldout_loss_after = mean_loss(out, heldout)
     losses = {"before": result.heldout_loss_before, "after": result.heldout_loss_after}
     plot = plot_losses(records, losses, work_dir / "loss.png")
     result.loss_plot = str(plot) if plot else None
+    (out / CARD).write_text(card())  # now with the held-out loss after training
     (out / RECORD).write_text(json.dumps(result.to_dict(), indent=1) + "\n")
     return result
 
@@ -161,6 +163,7 @@ def _card_metrics(result: SFTResult) -> dict[str, Any]:
         "optimizer steps": result.steps,
         "final training loss": result.final_loss,
         "held-out loss before": result.heldout_loss_before,
+        "held-out loss after": result.heldout_loss_after,
         "tokens/s (all tokens, steady steps)": result.tokens_per_s,
         "peak RSS of the recipe (MB)": result.peak_rss_mb,
         "training time (s)": result.train_seconds,

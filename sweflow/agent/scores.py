@@ -1,0 +1,134 @@
+"""What a run did, measured against its task's gold patch: the behaviour a trained agent should
+show before it resolves anything.
+
+- ``valid_actions``: replies that parsed into an action, over all replies;
+- ``reproduced``: it ran Python code (a script, ``python -c``, pytest) whose output shows the
+  failure: a traceback, a failed assertion or a failing test;
+- ``right_file``: it looked at a file the gold patch changes (the editor's view, or a command
+  that prints it: cat, sed, head, tail, nl, less, grep on that file);
+- ``right_hunk``: its patch changes a gold file inside the lines a gold hunk changes;
+- ``submitted`` and ``resolved``: how it ended, and the grader's verdict.
+
+A base model that never acts scores 0 everywhere; a model that learned to localise scores on
+``right_file`` long before it resolves tasks, so these are the rates the learning benchmark and
+the demo report beside the resolve rate.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
+from sweflow.agent.tools import BASH, EDITOR
+from sweflow.agent.trajectory import SUBMITTED, Trajectory
+from sweflow.instances import Instance
+
+RUNS_PYTHON = re.compile(r"(^|[\s;&|(])(python3?|pytest|py\.test)(\s|$)")
+FAILURE = re.compile(r"Traceback \(most recent call last\)|AssertionError|\bFAILED\b|Error:")
+VIEWERS = frozenset({"cat", "sed", "head", "tail", "nl", "less", "more", "grep", "awk"})
+
+
+@dataclass
+class RunScore:
+    """One run's behaviour (see the module docstring)."""
+
+    replies: int = 0
+    valid_replies: int = 0
+    reproduced: bool = False
+    right_file: bool = False
+    right_hunk: bool = False
+    submitted: bool = False
+    resolved: bool = False
+
+
+@dataclass
+class Rates:
+    """Rates over runs, each as a count and its share (valid actions: over replies)."""
+
+    runs: int = 0
+    replies: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        shares = {f"{name}_rate": round(count / max(self.runs, 1), 3)
+                  for name, count in self.counts.items() if name != "valid_replies"}  # fmt: skip
+        valid = round(self.counts.get("valid_replies", 0) / max(self.replies, 1), 3)
+        return {"runs": self.runs, "replies": self.replies, **self.counts,
+                "valid_action_rate": valid, **shares}  # fmt: skip
+
+
+def score_run(trajectory: Trajectory, instance: Instance) -> RunScore:
+    """How ``trajectory`` went on ``instance`` (its gold patch says where the bug is)."""
+    gold = _hunks(instance.patch)
+    score = RunScore(
+        replies=len(trajectory.steps),
+        valid_replies=sum(not step.format_error for step in trajectory.steps),
+        submitted=trajectory.exit_status == SUBMITTED,
+        resolved=trajectory.resolved,
+    )
+    for step in trajectory.steps:
+        for action in step.actions:
+            if action.tool == EDITOR and action.args.get("command") == "view":
+                score.right_file |= _repo_path(str(action.args.get("path", ""))) in gold
+            elif action.tool == BASH:
+                command = str(action.args.get("command", ""))
+                score.right_file |= _prints_a_file_of(command, gold)
+                score.reproduced |= bool(
+                    RUNS_PYTHON.search(command) and FAILURE.search(action.observation)
+                )
+    edited = _hunks(trajectory.patch)
+    score.right_hunk = any(
+        _overlap(span, gold_span)
+        for path, spans in edited.items()
+        for span in spans
+        for gold_span in gold.get(path, [])
+    )
+    return score
+
+
+def rates(scores: list[RunScore]) -> Rates:
+    """Counts and shares of the runs' behaviours."""
+    names = ("valid_replies", "reproduced", "right_file", "right_hunk", "submitted", "resolved")
+    counts = {name: sum(int(getattr(s, name)) for s in scores) for name in names}
+    return Rates(runs=len(scores), replies=sum(s.replies for s in scores), counts=counts)
+
+
+def _hunks(patch: str) -> dict[str, list[tuple[int, int]]]:
+    """Per changed file, the source line ranges its hunks change (a pure addition: the line)."""
+    try:
+        files = PatchSet(patch or "")
+    except UnidiffParseError:
+        return {}
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for file in files:
+        for hunk in file:
+            changed = [line.source_line_no or line.target_line_no for line in hunk
+                       if line.is_added or line.is_removed]  # fmt: skip
+            numbers = [n for n in changed if n is not None]
+            if numbers:
+                spans.setdefault(file.path, []).append((min(numbers), max(numbers)))
+    return spans
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int], slack: int = 2) -> bool:
+    return a[0] <= b[1] + slack and b[0] <= a[1] + slack
+
+
+def _repo_path(path: str) -> str:
+    return path.removeprefix("/testbed/").removeprefix("./")
+
+
+def _prints_a_file_of(command: str, gold: dict[str, list[tuple[int, int]]]) -> bool:
+    """A viewer (cat, sed -n, head...) run on a gold file, in any part of a command line."""
+    for part in re.split(r"&&|\|\||;|\||\n", command):
+        try:
+            words = shlex.split(part)
+        except ValueError:
+            continue
+        if words and words[0] in VIEWERS and any(_repo_path(w) in gold for w in words[1:]):
+            return True
+    return False

@@ -1,0 +1,213 @@
+"""Does training make the agent better at fixing code? ``sweflow bench learn``.
+
+The learning set (data/learn: synthesized tasks, their held-out projects named in split.json;
+the demo set, toolz held out, when data/learn is absent) goes through the training half:
+
+1. golden trajectories from the replay teacher on the train tasks (text mode, tamper guard on),
+   and the share of their steps a student could imitate;
+2. SFT of SmolLM2-135M-Instruct on them (torchtune);
+3. the base model, the SFT model and the SFT+RL model, each served by vLLM as ``infer`` serves
+   it, run as the agent with the same limits on the held-out tasks (projects never trained
+   on); per model the run scores of sweflow.agent.scores as counts and rates;
+4. "can RL learn at all": on train tasks the SFT model resolves sometimes (a rate strictly
+   between 0 and 1 at temperature 1), GRPO steps from the SFT model, and the resolve rate over
+   many samples per task before and after. The SFT+RL model of step 3 is this one.
+
+Everything lands in a run folder (trajectories, models, the JSON, PNG plots); ``quick`` runs a
+smaller plan with the same keys.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sweflow.agent.jobs import replay_collect
+from sweflow.bench import REPO, BenchError, bench_root, wheelhouse
+from sweflow.bench.learn_runs import agent_runs, resolve_rates, served_model
+from sweflow.envcache.dataset import dataset_specs
+from sweflow.grading.dataset import GradingData
+from sweflow.instances import Instance
+from sweflow.serving import resolve_model
+from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.trainer import train as train_rl
+from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.train import train_sft
+
+Progress = Callable[[str], None]
+LEARN = REPO / "data" / "learn" / "tasks.jsonl"
+DEMO = REPO / "data" / "demo" / "tasks.jsonl"
+DEMO_HELDOUT = ["pypi/toolz"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of everything a run does (the quick plan keeps every step, smaller)."""
+
+    train_tasks: int | None  # golden trajectories from this many train tasks (None: all)
+    heldout_tasks: int | None
+    sft_epochs: int
+    sft_steps_per_epoch: int | None
+    candidates: int  # train tasks tried for the RL check
+    candidate_samples: int  # samples per candidate at temperature 1
+    rl_tasks: int  # tasks the RL check trains on
+    rl_steps: int
+    overfit_samples: int  # samples per RL task before and after
+    max_steps: int = 10  # agent steps per run
+    max_tokens: int = 256  # per reply
+
+
+FULL = Plan(None, None, 2, None, 24, 4, 4, 12, 16)
+QUICK = Plan(8, 6, 1, 16, 4, 4, 1, 2, 4, max_steps=8)  # about 30 minutes on 2 cores
+
+
+def heldout_repos(dataset: Path) -> list[str]:
+    """The projects held out of training: the learning set's split.json, or the demo's toolz."""
+    split = dataset.parent / "split.json"
+    return json.loads(split.read_text())["eval"] if split.is_file() else DEMO_HELDOUT
+
+
+def run(quick: bool = False, progress: Progress = print, dataset: Path | None = None) -> dict:
+    began = time.monotonic()
+    plan = QUICK if quick else FULL
+    dataset = dataset or (LEARN if LEARN.is_file() else DEMO)
+    root = bench_root("learn")
+    out = root / "runs" / time.strftime("%Y%m%dT%H%M%S")
+    out.mkdir(parents=True)
+    data = GradingData.load(dataset, root / "store", wheelhouse())
+    held = set(heldout_repos(dataset))
+    train_rows = [r for r in data.instances if r.repo not in held][: plan.train_tasks]
+    eval_rows = [r for r in data.instances if r.repo in held][: plan.heldout_tasks]
+    if not train_rows or not eval_rows:
+        raise BenchError(f"{dataset}: no train or no held-out task (held out: {sorted(held)})")
+    data.instances = train_rows + eval_rows
+    progress(f"building {len(data.instances)} environments ({len(eval_rows)} held out)")
+    if failed := [r for r in data.build() if r.status == "error"]:
+        raise BenchError(f"{failed[0].instance_id} did not build: {failed[0].error}")
+    report: dict = {"dataset": str(dataset.relative_to(REPO)), "plan": asdict(plan),
+                    "train_tasks": len(train_rows), "heldout_tasks": len(eval_rows),
+                    "heldout_repos": sorted(held), "run_dir": str(out)}  # fmt: skip
+
+    progress(f"golden trajectories: the replay teacher on {len(train_rows)} train tasks")
+    gold = replay_collect(train_rows, store=data.store, specs=data.specs, out_dir=out / "gold")
+    report.update(golden_kept=gold.kept, golden_declined=len(gold.skipped),
+                  imitable_fraction=gold.imitable_fraction)  # fmt: skip
+    if not gold.kept:
+        raise BenchError("the replay teacher kept no trajectory: nothing to fine-tune on")
+
+    base = resolve_model("smollm2-135m-instruct")
+    progress(f"SFT on {gold.kept} golden trajectories ({plan.sft_epochs} epoch(s))")
+    sft = train_sft(Path(gold.outputs["openai"]), base, out / "sft", out / "sft" / "model",
+                    SFTConfig(epochs=plan.sft_epochs, learning_rate=5e-5, max_seq_len=2048,
+                              max_steps_per_epoch=plan.sft_steps_per_epoch,
+                              activation_checkpointing=True))  # fmt: skip
+    report["sft"] = {"steps": sft.steps, "loss_first": sft.losses[0] if sft.losses else None,
+                     "loss_last": sft.final_loss, "loss_plot": sft.loss_plot}  # fmt: skip
+
+    heldout: dict[str, dict] = {}
+    with served_model(base, out / "base", progress) as model:
+        heldout["base"] = agent_runs(model, data, eval_rows, out / "base" / "heldout", plan)
+    with served_model(Path(sft.model), out / "sft", progress) as model:
+        heldout["sft"] = agent_runs(model, data, eval_rows, out / "sft" / "heldout", plan)
+        chosen, before = _rl_tasks(model, data, train_rows, out / "sft", plan, progress)
+    overfit: dict = {"tasks": [r.instance_id for r in chosen], "steps": plan.rl_steps,
+                     "samples_per_task": plan.overfit_samples,
+                     "resolve_before": before}  # fmt: skip
+    if chosen:
+        progress(f"GRPO: {plan.rl_steps} steps on {len(chosen)} task(s) the SFT model "
+                 "resolves sometimes")  # fmt: skip
+        rl = train_rl(chosen, Path(sft.model), out / "rl", out / "rl" / "model", _rl_config(plan,
+                      len(chosen)), store=data.store, specs=dataset_specs(dataset),
+                      agent=_agent(plan), progress=None)  # fmt: skip
+        rl_model = Path(rl.model)
+        first, last = rl.quarter_rewards()
+        overfit.update(reward_first_quarter=first, reward_last_quarter=last, curves=rl.curves)
+    if chosen:
+        with served_model(rl_model, out / "rl", progress) as model:
+            heldout["rl"] = agent_runs(model, data, eval_rows, out / "rl" / "heldout", plan)
+            samples = agent_runs(model, data, chosen, out / "rl" / "overfit", plan,
+                                 rollouts=plan.overfit_samples, temperature=1.0)  # fmt: skip
+            overfit["resolve_after"] = _mean(resolve_rates(samples["trajectories"]).values())
+    else:  # no RL ran: the SFT+RL model is the SFT model
+        heldout["rl"] = heldout["sft"]
+        overfit["note"] = "no train task is resolved sometimes by the SFT model: RL did not run"
+    report["heldout"] = {name: figures["rates"] for name, figures in heldout.items()}
+    report["rl_overfit"] = {"resolve_after": None, **overfit}
+    report["minutes"] = round((time.monotonic() - began) / 60, 1)
+    report["plots"] = _plots(report, out)
+    (out / "learn.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def _rl_tasks(model, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
+              progress: Progress) -> tuple[list[Instance], float | None]:  # fmt: skip
+    """Train tasks the SFT model resolves sometimes at temperature 1 (the most uncertain first),
+    and its resolve rate on them over ``overfit_samples`` samples each."""
+    candidates = rows[: plan.candidates]
+    progress(f"RL check: the SFT model samples {plan.candidate_samples} runs on each of "
+             f"{len(candidates)} train tasks")  # fmt: skip
+    tried = agent_runs(model, data, candidates, out / "candidates", plan,
+                       rollouts=plan.candidate_samples, temperature=1.0)  # fmt: skip
+    rates = resolve_rates(tried["trajectories"])
+    sometimes = sorted((abs(rate - 0.5), iid) for iid, rate in rates.items() if 0 < rate < 1)
+    by_id = {r.instance_id: r for r in rows}
+    chosen = [by_id[iid] for _, iid in sometimes[: plan.rl_tasks]]
+    if not chosen:
+        progress("RL check: no train task is resolved sometimes; nothing to train on")
+        return [], None
+    before = agent_runs(model, data, chosen, out / "overfit", plan,
+                        rollouts=plan.overfit_samples, temperature=1.0)  # fmt: skip
+    return chosen, _mean(resolve_rates(before["trajectories"]).values())
+
+
+def _rl_config(plan: Plan, tasks: int) -> RLConfig:
+    return RLConfig(steps=plan.rl_steps, tasks_per_step=tasks, rollouts_per_task=4,
+                    learning_rate=1e-5, temperature=1.0, max_tokens_per_turn=plan.max_tokens,
+                    max_response_length=3072, max_prompt_length=1536,
+                    format_error_penalty=0.1, empty_patch_penalty=0.1,
+                    checkpoint_every=plan.rl_steps)  # fmt: skip
+
+
+def _agent(plan: Plan):
+    from sweflow.agent.config import AgentConfig
+
+    return AgentConfig(tool_mode="text", max_steps=plan.max_steps, max_wall_s=900)
+
+
+def _mean(values) -> float | None:
+    values = list(values)
+    return round(sum(values) / len(values), 3) if values else None
+
+
+def _plots(report: dict, out: Path) -> list[str]:
+    """Held-out rates per model, and the RL check before/after, as PNGs in the run folder."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["valid_action_rate", "reproduced_rate", "right_file_rate", "right_hunk_rate",
+             "submitted_rate", "resolved_rate"]  # fmt: skip
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), width_ratios=[3, 1])
+    width = 0.27
+    for i, (model, rates) in enumerate(report["heldout"].items()):
+        xs = [x + (i - 1) * width for x in range(len(names))]
+        left.bar(xs, [rates.get(n, 0) for n in names], width, label=model)
+    left.set_xticks(range(len(names)), [n.removesuffix("_rate") for n in names], rotation=20)
+    left.set_ylim(0, 1)
+    left.set_title(f"held-out tasks ({report['heldout_tasks']}): base vs SFT vs SFT+RL")
+    left.legend()
+    overfit = report["rl_overfit"]
+    values = [overfit.get("resolve_before") or 0, overfit.get("resolve_after") or 0]
+    right.bar(["SFT", "SFT+RL"], values, color=["tab:orange", "tab:green"])
+    right.set_ylim(0, 1)
+    right.set_title(f"RL check: resolve rate\n({len(overfit['tasks'])} tasks, "
+                    f"{overfit['samples_per_task']} samples each)")  # fmt: skip
+    fig.tight_layout()
+    path = out / "learn.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [str(path)]

@@ -1,0 +1,47 @@
+"""Whether a stored instance is still what its row and spec would build.
+
+A manifest records the inputs of its build (:func:`build_record`, in its ``meta``); before an
+instance is reused, the record its row and spec give now is compared with it (:func:`stale`).
+An instance that differs is built again rather than refused: a build makes the store match
+the dataset and specs it is given (an edited spec is how an environment gets fixed), and the
+old layers stay while sandboxes use them (their leases), until gc takes them.
+"""
+
+from __future__ import annotations
+
+from sweflow.envcache.records import Manifest
+from sweflow.harness.specs import EnvSpec
+from sweflow.instances import Instance
+
+DIGESTS = ("spec_digest", "build_digest")  # shortened in messages
+
+
+def build_record(instance: Instance, spec: EnvSpec | None) -> dict[str, str | None]:
+    """What a manifest records of its build's inputs: the row's repository, version and commit,
+    and the spec's digests (``spec``: None for a row that runs on its own image)."""
+    record: dict[str, str | None] = {
+        "repo": instance.repo,
+        "version": instance.version,
+        "base_commit": instance.base_commit,
+    }
+    if spec is None:
+        record["image"] = instance.image
+    else:
+        record["spec_digest"] = spec.env_digest()
+        record["build_digest"] = spec.build_digest()
+    return record
+
+
+def stale(manifest: Manifest, record: dict[str, str | None]) -> str | None:
+    """Why the stored instance is not what ``record`` would build (None: it is). Only what the
+    manifest recorded is compared: one written before a field was recorded is not stale by it."""
+    changed = []
+    for key, now in record.items():
+        then = manifest.meta.get(key)
+        if then is not None and then != now:
+            if key in DIGESTS:
+                then, now = then[:12], (now or "")[:12]
+            changed.append(f"{key} {then} -> {now}")
+    if not changed:
+        return None
+    return f"built from other inputs than its row and spec give now ({', '.join(changed)})"

@@ -1,0 +1,83 @@
+"""Conversations longer than a training sequence, made to fit without losing what they teach.
+
+An agent trajectory is long (file views and test output), and its first turns are the ones that
+teach where to look (run the reproduction, read the traceback, open the file) while its last
+turns edit, check and submit. Cutting its end drops the fix; cutting its start drops the
+localisation. So a long conversation is split into windows: each keeps the conversation's start
+(the system and task messages), trains a run of consecutive assistant turns, and fills what room
+is left with the turns just before them as untrained context. Every assistant turn that fits at
+all is trained exactly once, with as much of what preceded it as fits.
+
+``last_turns`` is the other choice (``overlength: truncate``): one sequence, the start and the
+latest turns that fit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sweflow.training.chat import ChatEncoder, DriftError, Encoded
+
+IGNORE = -100  # the label of a token that is not trained (torchtune's CROSS_ENTROPY_IGNORE_IDX)
+Messages = list[dict[str, Any]]
+
+
+def split_windows(
+    messages: Messages, tools: Messages | None, encoder: ChatEncoder, max_seq_len: int
+) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """(tokens, labels) of each window, and how many assistant turns did not fit at all."""
+    start = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    turns = [i for i in range(start, len(messages)) if messages[i]["role"] == "assistant"]
+    head = messages[:start]
+
+    def encoded(first: int, last: int) -> Encoded | None:
+        """Head + the turns first..last (through turn ``last``'s reply), if it fits."""
+        body = messages[turns[first] : turns[last] + 1]
+        try:
+            result = encoder.encode([*head, *body], tools)
+        except DriftError:
+            return None
+        return result if len(result.tokens) <= max_seq_len else None
+
+    windows, dropped, a = [], 0, 0
+    while a < len(turns):
+        best = encoded(a, a)
+        if best is None:  # this turn alone does not fit
+            dropped, a = dropped + 1, a + 1
+            continue
+        b = a
+        while b + 1 < len(turns) and (wider := encoded(a, b + 1)) is not None:
+            best, b = wider, b + 1
+        c = a
+        while c > 0 and (longer := encoded(c - 1, b)) is not None:
+            best, c = longer, c - 1
+        windows.append(_labelled(best, trained_from=a - c))
+        a = b + 1
+    return windows, dropped
+
+
+def _labelled(encoded: Encoded, trained_from: int) -> tuple[list[int], list[int]]:
+    """Tokens and labels of a window whose first ``trained_from`` assistant turns are context."""
+    boundary = encoded.prompt_lengths[trained_from]
+    labels = [
+        token if keep and at >= boundary else IGNORE
+        for at, (token, keep) in enumerate(zip(encoded.tokens, encoded.trained, strict=True))
+    ]
+    return encoded.tokens, labels
+
+
+def last_turns(
+    messages: Messages, tools: Messages | None, encoder: ChatEncoder, max_seq_len: int
+) -> Encoded | None:
+    """The start (the system and task messages) and the latest turns that fit in one
+    sequence; None when even the start and the last assistant turn do not fit."""
+    start = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    turns = [i for i in range(start, len(messages)) if messages[i]["role"] == "assistant"]
+    for first in turns[1:]:
+        try:
+            encoded = encoder.encode([*messages[:start], *messages[first:]], tools)
+        except DriftError:
+            continue
+        if len(encoded.tokens) <= max_seq_len:
+            return encoded
+    return None
