@@ -23,6 +23,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 from sweflow.agent.jobs import replay_collect
@@ -70,6 +71,16 @@ def heldout_repos(dataset: Path) -> list[str]:
     return json.loads(split.read_text())["eval"] if split.is_file() else DEMO_HELDOUT
 
 
+def across_projects(rows: list[Instance], n: int | None) -> list[Instance]:
+    """``n`` of ``rows`` taking each project in turn (a dataset lists its tasks project by
+    project: the first ``n`` would all come from one)."""
+    queues: dict[str, list[Instance]] = {}
+    for row in rows:
+        queues.setdefault(row.repo, []).append(row)
+    turns = [row for group in zip_longest(*queues.values()) for row in group if row is not None]
+    return turns[:n]
+
+
 def run(quick: bool = False, progress: Progress = print, dataset: Path | None = None) -> dict:
     began = time.monotonic()
     plan = QUICK if quick else FULL
@@ -79,8 +90,10 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     out.mkdir(parents=True)
     data = GradingData.load(dataset, root / "store", wheelhouse())
     held = set(heldout_repos(dataset))
-    train_rows = [r for r in data.instances if r.repo not in held][: plan.train_tasks]
-    eval_rows = [r for r in data.instances if r.repo in held][: plan.heldout_tasks]
+    train_rows = across_projects(
+        [r for r in data.instances if r.repo not in held], plan.train_tasks
+    )
+    eval_rows = across_projects([r for r in data.instances if r.repo in held], plan.heldout_tasks)
     if not train_rows or not eval_rows:
         raise BenchError(f"{dataset}: no train or no held-out task (held out: {sorted(held)})")
     data.instances = train_rows + eval_rows

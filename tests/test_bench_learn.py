@@ -1,0 +1,26 @@
+"""sweflow bench learn's choices that a run depends on, checked without training anything."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sweflow.bench.learn import LEARN, across_projects, heldout_repos
+from sweflow.instances import load_instances
+
+
+def test_the_learning_set_is_sampled_across_projects_and_its_held_out_ones_never_train() -> None:
+    rows = load_instances(LEARN).raise_for_errors()
+    held = set(heldout_repos(LEARN))
+    assert held == set(json.loads((LEARN.parent / "split.json").read_text())["eval"])
+    train = across_projects([r for r in rows if r.repo not in held], 8)
+    heldout = across_projects([r for r in rows if r.repo in held], 6)
+    assert len({r.repo for r in train}) == 8 and not held & {r.repo for r in train}
+    assert {r.repo for r in heldout} == held and len(heldout) == 6
+    assert sorted(r.instance_id for r in across_projects(rows, None)) == sorted(
+        r.instance_id for r in rows
+    )
+
+
+def test_without_a_split_the_demo_holds_out_toolz(tmp_path: Path) -> None:
+    assert heldout_repos(tmp_path / "tasks.jsonl") == ["pypi/toolz"]
