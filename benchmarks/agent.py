@@ -6,7 +6,7 @@ against the ideal.
 The method is in sweflow/bench/agent.py.
 """
 
-from sweflow.cli.bench import run_script
+from sweflow.cli.main import run_script
 
 if __name__ == "__main__":
     run_script("agent")

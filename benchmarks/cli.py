@@ -6,7 +6,7 @@
 The method is in sweflow/bench/cli.py.
 """
 
-from sweflow.cli.bench import run_script
+from sweflow.cli.main import run_script
 
 if __name__ == "__main__":
     run_script("cli")

@@ -6,7 +6,7 @@ adds an environment of a typical SWE-bench size.
 The method is in sweflow/bench/envprep.py.
 """
 
-from sweflow.cli.bench import run_script
+from sweflow.cli.main import run_script
 
 if __name__ == "__main__":
     run_script("envprep")

@@ -7,7 +7,7 @@ tasks; plots and every run are in the run folder it names.
 The method is in sweflow/bench/learn.py.
 """
 
-from sweflow.cli.bench import run_script
+from sweflow.cli.main import run_script
 
 if __name__ == "__main__":
     run_script("learn")

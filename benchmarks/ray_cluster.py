@@ -6,7 +6,7 @@ rate between them.
 The method is in sweflow/bench/ray.py.
 """
 
-from sweflow.cli.bench import run_script
+from sweflow.cli.main import run_script
 
 if __name__ == "__main__":
     run_script("ray")

@@ -5,7 +5,7 @@ docker backends, against swebench's run_evaluation and the bare tests.
 The method is in sweflow/bench/reward.py.
 """
 
-from sweflow.cli.bench import run_script
+from sweflow.cli.main import run_script
 
 if __name__ == "__main__":
     run_script("reward")

@@ -6,7 +6,7 @@ through sweflow's E2B endpoint on loopback).
 The method is in sweflow/bench/sandbox.py.
 """
 
-from sweflow.cli.bench import run_script
+from sweflow.cli.main import run_script
 
 if __name__ == "__main__":
     run_script("sandbox")

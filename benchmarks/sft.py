@@ -5,7 +5,7 @@ against TRL's SFTTrainer on the same sequences, and the held-out loss before and
 The method is in sweflow/bench/sft.py.
 """
 
-from sweflow.cli.bench import run_script
+from sweflow.cli.main import run_script
 
 if __name__ == "__main__":
     run_script("sft")

@@ -6,7 +6,7 @@ official images, a named reason per failure.
 The method is in sweflow/bench/swebench.py.
 """
 
-from sweflow.cli.bench import run_script
+from sweflow.cli.main import run_script
 
 if __name__ == "__main__":
     run_script("swebench")

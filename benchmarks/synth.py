@@ -5,7 +5,7 @@ from the demo's three projects, yield per bug operator.
 The method is in sweflow/bench/synth.py.
 """
 
-from sweflow.cli.bench import run_script
+from sweflow.cli.main import run_script
 
 if __name__ == "__main__":
     run_script("synth")

@@ -122,9 +122,9 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
 
     heldout: dict[str, dict] = {}
     with served_model(base, out / "base", progress) as model:
-        heldout["base"] = agent_runs(model, data, eval_rows, out / "base" / "heldout", plan)
+        heldout["base"] = _runs(model, data, eval_rows, out / "base" / "heldout", plan)
     with served_model(Path(sft.model), out / "sft", progress) as model:
-        heldout["sft"] = agent_runs(model, data, eval_rows, out / "sft" / "heldout", plan)
+        heldout["sft"] = _runs(model, data, eval_rows, out / "sft" / "heldout", plan)
         chosen, before = _rl_tasks(model, data, train_rows, out / "sft", plan, progress)
     overfit: dict = {"tasks": [r.instance_id for r in chosen], "steps": plan.rl_steps,
                      "samples_per_task": plan.overfit_samples,
@@ -140,8 +140,8 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
         overfit.update(reward_first_quarter=first, reward_last_quarter=last, curves=rl.curves)
     if chosen:
         with served_model(rl_model, out / "rl", progress) as model:
-            heldout["rl"] = agent_runs(model, data, eval_rows, out / "rl" / "heldout", plan)
-            samples = agent_runs(model, data, chosen, out / "rl" / "overfit", plan,
+            heldout["rl"] = _runs(model, data, eval_rows, out / "rl" / "heldout", plan)
+            samples = _runs(model, data, chosen, out / "rl" / "overfit", plan,
                                  rollouts=plan.overfit_samples, temperature=1.0)  # fmt: skip
             overfit["resolve_after"] = _mean(resolve_rates(samples["trajectories"]).values())
     else:  # no RL ran: the SFT+RL model is the SFT model
@@ -162,7 +162,7 @@ def _rl_tasks(model, data: GradingData, rows: list[Instance], out: Path, plan: P
     candidates = rows[: plan.candidates]
     progress(f"RL check: the SFT model samples {plan.candidate_samples} runs on each of "
              f"{len(candidates)} train tasks")  # fmt: skip
-    tried = agent_runs(model, data, candidates, out / "candidates", plan,
+    tried = _runs(model, data, candidates, out / "candidates", plan,
                        rollouts=plan.candidate_samples, temperature=1.0)  # fmt: skip
     rates = resolve_rates(tried["trajectories"])
     sometimes = sorted((abs(rate - 0.5), iid) for iid, rate in rates.items() if 0 < rate < 1)
@@ -171,7 +171,7 @@ def _rl_tasks(model, data: GradingData, rows: list[Instance], out: Path, plan: P
     if not chosen:
         progress("RL check: no train task is resolved sometimes; nothing to train on")
         return [], None
-    before = agent_runs(model, data, chosen, out / "overfit", plan,
+    before = _runs(model, data, chosen, out / "overfit", plan,
                         rollouts=plan.overfit_samples, temperature=1.0)  # fmt: skip
     return chosen, _mean(resolve_rates(before["trajectories"]).values())
 
@@ -188,6 +188,12 @@ def _agent(plan: Plan):
     from sweflow.agent.config import AgentConfig
 
     return AgentConfig(tool_mode="text", max_steps=plan.max_steps, max_wall_s=900)
+
+
+def _runs(model: str, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
+          **sampling) -> dict:  # fmt: skip
+    """Graded agent runs with the plan's limits (see learn_runs.agent_runs)."""
+    return agent_runs(model, data, rows, out, _agent(plan), plan.max_tokens, **sampling)
 
 
 def _mean(values) -> float | None:

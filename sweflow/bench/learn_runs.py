@@ -8,7 +8,6 @@ import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig
 from sweflow.agent.batch import grade_with
@@ -21,9 +20,6 @@ from sweflow.grading.dataset import GradingData
 from sweflow.instances import Instance
 from sweflow.ports import free_port
 from sweflow.serving import ServeConfig, vllm_server
-
-if TYPE_CHECKING:
-    from sweflow.bench.learn import Plan
 
 MAX_MODEL_LEN = 4096
 
@@ -44,15 +40,15 @@ def agent_runs(
     data: GradingData,
     rows: list[Instance],
     out: Path,
-    plan: Plan,
+    agent: AgentConfig,
+    max_tokens: int,
     *,
     rollouts: int = 1,
     temperature: float = 0.0,
 ) -> dict:
-    """``rollouts`` graded agent runs per task (text mode, the plan's limits), saved under
-    ``out`` (a re-run resumes), and their scores: ``{"trajectories": [...], "rates": {...}}``."""
-    agent = AgentConfig(tool_mode="text", max_steps=plan.max_steps, max_wall_s=900)
-    model = ModelConfig(base_url=base_url, model="model", max_tokens=plan.max_tokens,
+    """``rollouts`` graded agent runs per task with ``agent``'s limits, saved under ``out`` (a
+    re-run resumes), and their scores: ``{"trajectories": [...], "rates": {...}}``."""
+    model = ModelConfig(base_url=base_url, model="model", max_tokens=max_tokens,
                         temperature=temperature)  # fmt: skip
     store = LayerStore(data.store)
     spec_for = lambda row: instance_sandbox_spec(store, row.instance_id)  # noqa: E731

@@ -375,10 +375,3 @@ def bench_synth(
     tasks = tasks or (3 if quick else 12)
     work_starts(f"synthesize up to {tasks} task(s) from each demo project")
     _emit(run(tasks, seed, progress=_progress), json_out)
-
-
-def run_script(name: str) -> None:
-    """What a benchmarks/ script runs: ``sweflow bench NAME --json`` with its own arguments."""
-    from sweflow.cli.main import app
-
-    app(["bench", name, "--json", *sys.argv[1:]], prog_name="sweflow")

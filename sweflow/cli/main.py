@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 from rich.panel import Panel
 from rich.table import Table
@@ -89,3 +91,8 @@ def demo(base: str = BaseOption) -> None:
     patch = run_demo(root, report)
     console.print(table)
     console.print(Panel(patch or "(empty)", title="diff()", border_style="green"))
+
+
+def run_script(name: str) -> None:
+    """What a benchmarks/ script runs: ``sweflow bench NAME --json`` with its own arguments."""
+    app(["bench", name, "--json", *sys.argv[1:]], prog_name="sweflow")
