@@ -88,7 +88,10 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     root = bench_root("learn")
     out = root / "runs" / time.strftime("%Y%m%dT%H%M%S")
     out.mkdir(parents=True)
-    data = GradingData.load(dataset, root / "store", wheelhouse())
+    # the demo builds offline from the test wheelhouse; the learning set's projects need their
+    # build backends and test dependencies from the package index, as its synthesis did
+    offline = wheelhouse() if dataset == DEMO else None
+    data = GradingData.load(dataset, root / "store", offline)
     held = set(heldout_repos(dataset))
     train_rows = across_projects(
         [r for r in data.instances if r.repo not in held], plan.train_tasks
