@@ -222,7 +222,7 @@ def bench_sft(
 def bench_learn(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
     quick: bool = typer.Option(
-        False, help="24 train and 9 held-out tasks, 2 SFT epochs, 2 GRPO steps on 1 task."
+        False, help="8 train and 6 held-out tasks, 16 SFT steps, 2 GRPO steps on 1 task."
     ),
 ) -> None:
     """Does training make the agent better? Base vs SFT vs SFT+RL served by vLLM on held-out
