@@ -73,8 +73,10 @@ class LocalCluster:
             command += ["--port", str(self.port), "--no-dashboard",
                         "--temp-dir", str(self.root / "ray")]  # fmt: skip
         log = open(self.root / f"node-{name}.log", "w")  # noqa: SIM115 - the node's lifetime
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"),
+        # a loopback cluster of this machine's own processes: no token auth, which `ray start`
+        # turns on when ~/.ray/auth_token exists while a driver's default stays off
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)  # fmt: skip
         node = LocalNode(name, store, process)
         self.nodes.append(node)
