@@ -145,8 +145,8 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_asynchronous_grpo_on_a_served_policy(serving, rl_policy, rl_env, demo_replays, tmp_path):
-    tasks = demo_replays[0].instances[:2]
-    rl = RLConfig(max_staleness=1, steps=3, tasks_per_step=1, rollouts_per_task=4,
+    tasks = demo_replays[0].instances[:1]  # fewer than a step's: the schedule takes it twice
+    rl = RLConfig(max_staleness=1, steps=3, tasks_per_step=2, rollouts_per_task=2,
                   learning_rate=1e-3, checkpoint_every=1, **SHORT)  # fmt: skip
     result = train(tasks, rl_policy, tmp_path, tmp_path / "model", rl,
                    store=demo_replays[0].store, specs=dataset_specs(demo_replays[0].dataset),
@@ -154,6 +154,7 @@ def test_asynchronous_grpo_on_a_served_policy(serving, rl_policy, rl_env, demo_r
 
     records = read_records(tmp_path / "metrics.jsonl")
     assert result.steps == 3 and [r["step"] for r in records] == [1, 2, 3]
+    assert all(r["episodes"] == 4 for r in records)
     assert all(r["step"] - 1 - r["policy_version"] <= 1 for r in records)  # staleness bound
     assert records[0]["off_policy"] == 0 and records[1]["off_policy"] == 4  # 2 ran during 1
     assert all(r["tokens"] > 0 and r["loss"] is not None for r in records)

@@ -129,6 +129,9 @@ def _trainer(run: RLRun, served: Any, stack: contextlib.ExitStack,
         size = sum(p.numel() * p.element_size() for p in model.parameters())
         generator, weights = served, weight_folders(work, size)
     tasks = {t.instance_id: t for t in run.tasks}
+    # TRL's prompts only count a step's episodes (the schedule picks the tasks), but its sampler
+    # finds no batch in fewer rows than tasks_per_step: it gets a step's worth at least
+    prompts = list(tasks) * -(-rl.tasks_per_step // len(tasks))
     rollouts = Rollouts(tasks, run.env, encoder, rl, generator, work / "rollouts", weights)
     stack.callback(rollouts.close)
     records: list[StepRecord] = []
@@ -137,7 +140,7 @@ def _trainer(run: RLRun, served: Any, stack: contextlib.ExitStack,
         model=model,
         reward_funcs=[env_reward],
         args=grpo_arguments(rl, work / "checkpoints", cpu),
-        train_dataset=Dataset.from_list([{"prompt": t.instance_id} for t in run.tasks]),
+        train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
         processing_class=tokenizer,
         rollout_func=make_rollout(rollouts, records, encoder.tokenizer.eos_token_id, rl),
         callbacks=[
