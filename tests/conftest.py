@@ -359,6 +359,70 @@ def demo_replays(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
     return data, out
 
 
+@pytest.fixture(scope="session")
+def rl_policy(tiny_smollm2: Path, demo_replays, tmp_path_factory) -> Path:
+    """The two-layer SmolLM2 fine-tuned briefly on the demo tasks' replays: it writes (mostly)
+    well-formed tool blocks (the RL tests' policy). Each replay is cut to its start and last
+    turns (``overlength: truncate``). Sampled at temperature 1 this small a model mostly writes
+    the replays' one common reply, the final submit, whichever way they are cut (7 and 8 of 8
+    episodes, measured): the RL tests sample at 1.5, where a group's episodes differ."""
+    from sweflow.training.sft.config import SFTConfig
+    from sweflow.training.sft.train import train_sft
+
+    work = tmp_path_factory.mktemp("rl-policy")
+    sft = SFTConfig(epochs=3, learning_rate=1e-3, max_seq_len=1024, activation_checkpointing=False,
+                    overlength="truncate")  # fmt: skip
+    train_sft(demo_replays[1] / "sft.jsonl", tiny_smollm2, work, work / "model", sft)
+    return work / "model"
+
+
+@pytest.fixture(scope="session")
+def rl_env(demo_replays):
+    """Where the RL tests' episodes run: local sandboxes of the demo replays' store, graded
+    with the tamper guard, the agent in text mode for 3 steps."""
+    from sweflow.agent.config import AgentConfig
+    from sweflow.cluster.local import LocalExecutor
+    from sweflow.grading import Grader
+    from sweflow.training.rl.trainer import episode_env
+
+    data = demo_replays[0]
+    grader = Grader(data.store, data.specs, tamper_guard=True)
+    return episode_env(LocalExecutor(data.store), grader, AgentConfig(tool_mode="text",
+                       max_steps=3), "local")  # fmt: skip
+
+
+def trained_as_sampled(episode, encoder) -> None:
+    """Asserts the RL contract on a finished episode: the tokens trained are exactly the tokens
+    the policy sampled (each unmasked run decodes to the reply the agent read), with their
+    log-probabilities, and the masked tokens are the chat template's framing of the
+    observations."""
+    n = len(episode.response_ids)
+    assert len(episode.mask) == n == len(episode.logprobs) and sum(episode.mask) > 0
+    assert all(lp == 0.0 for lp, m in zip(episode.logprobs, episode.mask, strict=True) if not m)
+    assert all(lp <= 0.0 for lp, m in zip(episode.logprobs, episode.mask, strict=True) if m)
+    runs, current = [], []
+    for token, trained in zip(episode.response_ids, episode.mask, strict=True):
+        if trained:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    replies = [m["content"] for m in episode.trajectory.messages if m["role"] == "assistant"]
+    eos = encoder.tokenizer.eos_token_id
+    decoded = [encoder.tokenizer.decode(r[:-1] if r[-1] == eos else r) for r in runs]
+    assert decoded == replies
+    messages = episode.trajectory.messages
+    last_reply = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    seen = messages[2:last_reply]  # what came after the last reply never reached the policy
+    observations = [m["content"] for m in seen if m["role"] == "user"]
+    assert observations
+    framing = encoder.tokenizer.decode([t for t, m in zip(episode.response_ids, episode.mask,
+                                                          strict=True) if not m])  # fmt: skip
+    assert all(obs[:100] in framing for obs in observations)
+
+
 # -- sweflow's E2B endpoint for the e2b backend and the SDK tests (tests/test_e2b_endpoint.py) ----
 
 

@@ -46,6 +46,7 @@ def config(tmp_path_factory, wheelhouse: Path, tiny_smollm2: Path) -> PipelineCo
             "activation_checkpointing": False,
         },  # fmt: skip
         rl={
+            "rollout": "hf",
             "steps": 1,
             "tasks_per_step": 2,
             "rollouts_per_task": 2,

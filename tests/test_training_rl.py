@@ -10,52 +10,39 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import trained_as_sampled
 from pydantic import ValidationError
 from safetensors.torch import load_file
 
 from sweflow.agent.config import AgentConfig
-from sweflow.cluster.local import LocalExecutor
 from sweflow.envcache.dataset import dataset_specs
-from sweflow.grading import Grader
+from sweflow.instances import load_instances
 from sweflow.sandbox import SandboxStartError
 from sweflow.training.chat import ChatEncoder
+from sweflow.training.rl.backend import RLError
 from sweflow.training.rl.config import RLConfig, default_group_size
 from sweflow.training.rl.episode import Episode, EpisodeEnv, run_episode, shaping
+from sweflow.training.rl.generation import LocalGenerator
 from sweflow.training.rl.result import read_records
-from sweflow.training.rl.trainer import episode_env, train
-from sweflow.training.rl.trl_backend import LocalGenerator, summarize, trained_mask
-from sweflow.training.sft.config import SFTConfig
-from sweflow.training.sft.train import train_sft
+from sweflow.training.rl.rollouts import step_prompts, summarize, trained_mask
+from sweflow.training.rl.trainer import train
 
 pytestmark = pytest.mark.timeout(1200)
+# the policy fits its replays closely: sampled at 1.5, a group's episodes differ (some submit
+# at once, some take several turns, some reply with no action), so their rewards spread
 SHORT = {
+    "temperature": 1.5,
+    "rollout": "hf",
     "max_tokens_per_turn": 96,
     "max_response_length": 768,
     "format_error_penalty": 0.1,
     "empty_patch_penalty": 0.1,
 }
-
-
-@pytest.fixture(scope="module")
-def policy(tiny_smollm2: Path, demo_replays, tmp_path_factory) -> Path:
-    """The two-layer SmolLM2 fine-tuned briefly on the demo tasks' replays: it writes (mostly)
-    well-formed tool blocks."""
-    work = tmp_path_factory.mktemp("rl-policy")
-    sft = SFTConfig(epochs=3, learning_rate=1e-3, max_seq_len=1024, activation_checkpointing=False)
-    train_sft(demo_replays[1] / "sft.jsonl", tiny_smollm2, work, work / "model", sft)
-    return work / "model"
-
-
-@pytest.fixture(scope="module")
-def env(demo_replays) -> EpisodeEnv:
-    data = demo_replays[0]
-    grader = Grader(data.store, data.specs, tamper_guard=True)
-    return episode_env(LocalExecutor(data.store), grader, AgentConfig(tool_mode="text",
-                       max_steps=3), "local")  # fmt: skip
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -65,7 +52,9 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def test_two_grpo_steps_update_the_policy_on_sandboxed_rewards(policy, env, demo_replays, tmp_path):
+def test_two_grpo_steps_update_the_policy_on_sandboxed_rewards(
+    rl_policy, rl_env, demo_replays, tmp_path
+):
     tasks = demo_replays[0].instances[:2]
     rl = RLConfig(steps=2, tasks_per_step=2, rollouts_per_task=2, learning_rate=1e-4,
                   checkpoint_every=1, **SHORT)  # fmt: skip
@@ -73,9 +62,9 @@ def test_two_grpo_steps_update_the_policy_on_sandboxed_rewards(policy, env, demo
     where = {
         "store": demo_replays[0].store,
         "specs": dataset_specs(demo_replays[0].dataset),
-        "agent": env.agent,
+        "agent": rl_env.agent,
     }  # the fixture's episodes, as the CLI and the pipeline run them
-    result = train(tasks, policy, tmp_path, tmp_path / "model", rl, **where,
+    result = train(tasks, rl_policy, tmp_path, tmp_path / "model", rl, **where,
                    progress=lambda step, total, record: steps.append(step))  # fmt: skip
 
     assert result.steps == 2 and steps == [1, 2]
@@ -91,73 +80,49 @@ def test_two_grpo_steps_update_the_policy_on_sandboxed_rewards(policy, env, demo
     rewards = {round(t["reward"]["reward"], 3) for t in graded}
     assert len(rewards) > 1, f"every episode had the same reward {rewards}: nothing to learn"
     # the update moved the weights; the result is a loadable HF folder with its record
-    before, after = _weights(policy), _weights(Path(result.model))
+    before, after = _weights(rl_policy), _weights(Path(result.model))
     assert before.keys() == after.keys()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert (tmp_path / "rl.png").stat().st_size > 0
     assert json.loads((Path(result.model) / "sweflow_training.json").read_text())["steps"] == 2
     # a second call with the same inputs is the published result, not a new run
-    again = train(tasks, policy, tmp_path, tmp_path / "model", rl, **where)
+    again = train(tasks, rl_policy, tmp_path, tmp_path / "model", rl, **where)
     assert again.to_dict() == result.to_dict()
 
 
-def test_trained_tokens_are_the_sampled_ones_and_observations_masked(policy, env, demo_replays):
+def test_trained_tokens_are_the_sampled_ones_and_observations_masked(
+    rl_policy, rl_env, demo_replays
+):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(policy), dtype=torch.float32)
-    encoder = ChatEncoder(policy)
-    generator = LocalGenerator(model, encoder.tokenizer, temperature=1.0)
+    model = AutoModelForCausalLM.from_pretrained(str(rl_policy), dtype=torch.float32)
+    encoder = ChatEncoder(rl_policy)
     rl = RLConfig(**SHORT)
-    for seed in range(8):  # an episode of more than one reply: observations between them
+    generator = LocalGenerator(model, encoder.tokenizer, rl.temperature)
+    for seed in range(8):  # an episode that submits at once has no observation to check
         torch.manual_seed(seed)
-        episode = asyncio.run(run_episode(demo_replays[0].instances[0], env, encoder, generator,
-                                          rl))  # fmt: skip
+        row = demo_replays[0].instances[0]
+        episode = asyncio.run(run_episode(row, rl_env, encoder, generator, rl))
+        assert not episode.infra_failure and episode.reward is not None
         if episode.steps > 1:
             break
-    assert episode.steps > 1, "eight sampled episodes ended after their first reply"
-
-    assert not episode.infra_failure and episode.reward is not None
-    n = len(episode.response_ids)
-    assert len(episode.mask) == n == len(episode.logprobs) and sum(episode.mask) > 0
-    assert all(lp == 0.0 for lp, m in zip(episode.logprobs, episode.mask, strict=True) if not m)
-    assert all(lp <= 0.0 for lp, m in zip(episode.logprobs, episode.mask, strict=True) if m)
-    # the unmasked runs are exactly the replies the agent read (the text the policy generated)
-    runs, current = [], []
-    for token, trained in zip(episode.response_ids, episode.mask, strict=True):
-        if trained:
-            current.append(token)
-        elif current:
-            runs.append(current)
-            current = []
-    if current:
-        runs.append(current)
-    replies = [m["content"] for m in episode.trajectory.messages if m["role"] == "assistant"]
-    eos = encoder.tokenizer.eos_token_id
-    decoded = [encoder.tokenizer.decode(r[:-1] if r[-1] == eos else r) for r in runs]
-    assert decoded == replies
-    # the masked tokens are the chat template's framing of what the agent saw
-    messages = episode.trajectory.messages
-    last_reply = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    seen = messages[2:last_reply]  # what came after the last reply never reached the policy
-    observations = [m["content"] for m in seen if m["role"] == "user"]
-    assert observations
-    framing = encoder.tokenizer.decode([t for t, m in zip(episode.response_ids, episode.mask,
-                                                          strict=True) if not m])  # fmt: skip
-    assert all(obs[:100] in framing for obs in observations)
+    else:
+        pytest.fail("eight sampled episodes ended after their first reply: no mask to check")
+    trained_as_sampled(episode, encoder)
 
 
-def test_infrastructure_failures_are_dropped_not_scored_zero(policy, env, demo_replays):
+def test_infrastructure_failures_are_dropped_not_scored_zero(rl_policy, rl_env, demo_replays):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(policy), dtype=torch.float32)
-    encoder = ChatEncoder(policy)
-    generator = LocalGenerator(model, encoder.tokenizer, temperature=1.0)
+    model = AutoModelForCausalLM.from_pretrained(str(rl_policy), dtype=torch.float32)
+    encoder = ChatEncoder(rl_policy)
+    generator = LocalGenerator(model, encoder.tokenizer, SHORT["temperature"])
     row = demo_replays[0].instances[0]
 
     async def hangs(instance, patch):
         await asyncio.sleep(60)
 
-    hanging = EpisodeEnv(env.open, hangs, env.agent)
+    hanging = EpisodeEnv(rl_env.open, hangs, rl_env.agent)
     rl = RLConfig(**SHORT, reward_timeout_s=1.0, infra_retries=1)
     episode = asyncio.run(run_episode(row, hanging, encoder, generator, rl))
     assert episode.reward is None and "grading ran past 1 s" in episode.infra_failure
@@ -166,7 +131,7 @@ def test_infrastructure_failures_are_dropped_not_scored_zero(policy, env, demo_r
     def no_sandbox(instance):
         raise SandboxStartError(f"{instance.instance_id}: the sandbox did not start")
 
-    broken = EpisodeEnv(no_sandbox, env.grade, env.agent)
+    broken = EpisodeEnv(no_sandbox, rl_env.grade, rl_env.agent)
     episode = asyncio.run(run_episode(row, broken, encoder, generator, rl))
     assert episode.reward is None and "did not start" in episode.infra_failure
 
@@ -179,6 +144,8 @@ def test_infrastructure_failures_are_dropped_not_scored_zero(policy, env, demo_r
         ({"max_tokens_per_turn": 4096, "max_response_length": 1024}, "max_tokens_per_turn"),
         ({"steps": 0}, "steps"),
         ({"format_error_penalty": 0.2, "empty_patch_penalty": 0.1}, "empty_patch_penalty"),
+        ({"rollout": "hf", "max_staleness": 1}, "need rollout vllm"),
+        ({"rollout": "hf", "weight_sync_every": 2}, "need rollout vllm"),
     ],
 )
 def test_settings_that_cannot_work_together_are_refused_naming_them(settings, named):
@@ -209,7 +176,43 @@ def test_step_records_count_refusals_and_groups_without_signal() -> None:
     assert trained_mask(failed) == [0, 0, 0] and trained_mask(episodes[0]) == [1, 0]
 
 
-def test_an_episode_that_hacks_the_tests_earns_nothing(env, tiny_smollm2, demo_replays) -> None:
+def test_compact_filtering_masks_episodes_that_hit_a_limit_and_counts_them() -> None:
+    out_of_turns = Episode("t", reward=0.0, exit_status="step_limit", response_ids=[1, 2],
+                           mask=[1, 0])  # fmt: skip
+    submitted = Episode("t", reward=1.0, exit_status="submitted", response_ids=[3], mask=[1])
+    plain, filtering = RLConfig(rollout="hf"), RLConfig(rollout="hf", compact_filtering=True)
+    assert trained_mask(out_of_turns, plain) == [1, 0]
+    assert trained_mask(out_of_turns, filtering) == [0, 0]
+    assert trained_mask(submitted, filtering) == [1]
+    episodes = [out_of_turns, submitted]
+    assert summarize(1, episodes, 2.0, 1.0, group=2, rl=filtering).filtered == 1
+    assert summarize(1, episodes, 2.0, 1.0, group=2, rl=plain).filtered == 0
+
+
+def test_every_mode_trains_the_same_tasks_each_group_together() -> None:
+    rl = RLConfig(rollout="hf", tasks_per_step=2, rollouts_per_task=3, seed=7)
+    tasks = ["c", "a", "b"]
+    steps = [step_prompts(tasks, step, rl) for step in (1, 2, 3)]
+    assert steps == [step_prompts(list(reversed(tasks)), step, rl) for step in (1, 2, 3)]
+    for prompts in steps:
+        assert len(prompts) == 6 and all(len(set(prompts[i : i + 3])) == 1 for i in (0, 3))
+    drawn = [task for prompts in steps for task in prompts[::3]]
+    assert sorted(drawn[:3]) == sorted(drawn[3:6]) == ["a", "b", "c"]  # each pass takes all
+
+
+def test_a_vllm_that_does_not_start_names_the_way_round(tiny_smollm2, tmp_path, monkeypatch):
+    """The serving interpreter here is the trainer's own, which has no vLLM."""
+    monkeypatch.setenv("SWEFLOW_SERVE_PYTHON", sys.executable)
+    demo = Path(__file__).resolve().parent.parent / "data" / "demo"
+    tasks = load_instances(demo / "tasks.jsonl").raise_for_errors()[:1]
+    rl = RLConfig(rollout="vllm", steps=1, tasks_per_step=1, rollouts_per_task=2)
+    with pytest.raises(RLError, match="rl.rollout: hf") as caught:
+        train(tasks, tiny_smollm2, tmp_path, tmp_path / "model", rl, store=tmp_path / "store",
+              specs=demo / "specs.yaml", agent=AgentConfig(tool_mode="text"))  # fmt: skip
+    assert "No module named 'vllm'" in str(caught.value)
+
+
+def test_an_episode_that_hacks_the_tests_earns_nothing(rl_env, tiny_smollm2, demo_replays) -> None:
     """The policy writes a conftest hook that marks failures passed and submits: the tamper
     guard (on by default in RL) refuses it, so its reward is the unresolved one."""
     encoder = ChatEncoder(tiny_smollm2)
@@ -225,7 +228,7 @@ def test_an_episode_that_hacks_the_tests_earns_nothing(env, tiny_smollm2, demo_r
         return tokens, [0.0] * len(tokens)
 
     rl = RLConfig(**SHORT)
-    episode = asyncio.run(run_episode(demo_replays[0].instances[0], env, encoder, generate, rl))
+    episode = asyncio.run(run_episode(demo_replays[0].instances[0], rl_env, encoder, generate, rl))
     assert not episode.infra_failure and episode.exit_status == "submitted"
     assert (episode.resolved, episode.refused) == (False, "touches_tests")
     assert episode.reward == 0.0

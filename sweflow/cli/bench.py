@@ -244,7 +244,9 @@ def bench_rl(
     quick: bool = typer.Option(False, help="2 tasks, 4 GRPO steps, 4 reps; else 4, 8 and 6."),
     docker: bool = typer.Option(True, help="Time the docker backend too (starts dockerd)."),
 ) -> None:
-    """RL step time split; sandbox + reward per rollout: local vs docker vs bare tests.
+    """RL steps with rollouts by HF generate vs a vLLM server vs vLLM one step ahead (time
+    split, rollouts/min, generated tokens/s); sandbox + reward per rollout: local vs docker vs
+    bare tests.
 
     Example:
       sweflow bench rl --json --quick

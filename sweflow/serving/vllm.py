@@ -9,6 +9,7 @@ with the parser that matches the model's family, and only when its chat template
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -66,6 +67,9 @@ class ServeConfig(BaseModel):
     cpu_kv_cache_gb: int = Field(2, gt=0, description="VLLM_CPU_KVCACHE_SPACE on CPU")
     python: str = Field(default_factory=serving_python)
     extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(
+        default_factory=dict, description="more environment variables for the server process"
+    )
     ready_timeout_s: float = Field(900.0, gt=0)
 
     @property
@@ -75,6 +79,19 @@ class ServeConfig(BaseModel):
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
+
+
+@functools.cache
+def vllm_installed(python: str | None = None) -> bool:
+    """Whether the serving interpreter (``python``, default :func:`serving_python`) can import
+    vLLM; asked once per process (it starts that interpreter)."""
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+    try:
+        done = subprocess.run([python or serving_python(), "-c", probe], capture_output=True,
+                              timeout=120, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def has_gpu() -> bool:
@@ -112,7 +129,7 @@ def vllm_command(cfg: ServeConfig, gpu: bool) -> tuple[list[str], dict[str, str]
     parser = tool_parser_for(cfg.model) if cfg.tool_parser == "auto" else cfg.tool_parser
     if parser:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
-    env = dict(os.environ)
+    env = {**os.environ, **cfg.env}
     if not gpu:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.cpu_kv_cache_gb))
     return [*argv, *cfg.extra_args], env

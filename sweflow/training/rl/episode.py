@@ -36,7 +36,14 @@ from sweflow.agent.client import (
 )
 from sweflow.agent.config import AgentConfig
 from sweflow.agent.loop import run_agent
-from sweflow.agent.trajectory import INFRA_FAILURES, Trajectory
+from sweflow.agent.trajectory import (
+    CONTEXT_LIMIT,
+    INFRA_FAILURES,
+    STEP_LIMIT,
+    TIME_LIMIT,
+    TOKEN_LIMIT,
+    Trajectory,
+)
 from sweflow.errors import SweflowError, is_infrastructure
 from sweflow.grading.guard import REFUSALS
 from sweflow.instances import Instance
@@ -47,6 +54,8 @@ from sweflow.training.rl.config import RLConfig
 # (context token ids, most tokens to generate) -> (generated ids, their log-probabilities)
 Generate = Callable[[list[int], int], Awaitable[tuple[list[int], list[float]]]]
 HERMES_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+# the agent's exits on a limit (turns, tokens, time, context): what compact filtering masks
+LIMITS = frozenset({STEP_LIMIT, TOKEN_LIMIT, TIME_LIMIT, CONTEXT_LIMIT})
 
 
 class TokenStream:
@@ -160,7 +169,13 @@ class Episode:
     env_s: float = 0.0  # sandbox open, tool execution, diff, grading
     wall_s: float = 0.0
     attempts: int = 1
+    policy_version: int = 0  # the updates the policy that generated it had had
     trajectory: Trajectory | None = None
+
+    @property
+    def hit_limit(self) -> bool:
+        """It ended on a turn, token, time or context limit, not by submitting."""
+        return self.exit_status in LIMITS
 
 
 @dataclass

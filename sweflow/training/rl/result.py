@@ -24,15 +24,21 @@ class StepRecord:
     episodes: int | None = 0
     infra_failures: int | None = 0
     refused: int | None = 0  # scored episodes whose patch the tamper guard refused
+    filtered: int | None = 0  # scored episodes masked out of the loss by compact filtering
+    off_policy: int | None = 0  # episodes trained by a newer policy than the one that sampled them
+    policy_version: int | None = None  # updates the policy that sampled the episodes had had
     zero_spread_groups: float | None = 0.0  # share of groups whose rewards were all equal
     mean_reward: float | None = None
     resolve_rate: float | None = 0.0
     valid_action_rate: float | None = 0.0
     episode_turns: float | None = 0.0
     generated_tokens: float | None = 0.0
+    tokens: int | None = 0  # tokens generated in the rollout, all its episodes
     generation_s: float = 0.0
     env_s: float | None = 0.0
     env_s_per_rollout: float | None = 0.0  # sandbox, tools and grading of one episode (overlapped)
+    weight_sync_s: float | None = 0.0  # writing the policy's weights and reloading the server's
+    wait_s: float | None = 0.0  # the trainer waiting for the step's episodes
     update_s: float = 0.0
     step_s: float = 0.0
     loss: float | None = None
@@ -99,7 +105,7 @@ def plot_curves(records: list[dict], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     def series(key: str) -> list[float]:
-        return [float("nan") if r[key] is None else r[key] for r in records]
+        return [float("nan") if r.get(key) is None else r[key] for r in records]
 
     steps = [r["step"] for r in records]
     fig, axes = plt.subplots(2, 2, figsize=(10, 6), dpi=110)
@@ -109,8 +115,8 @@ def plot_curves(records: list[dict], path: Path) -> Path | None:
     axes[1][0].plot(steps, series("episode_turns"), "o-", color="tab:purple")
     bottom = [0.0] * len(records)
     for key, color in (("generation_s", "tab:blue"), ("env_s", "tab:orange"),
-                       ("update_s", "tab:red")):  # fmt: skip
-        values = [r[key] or 0.0 for r in records]
+                       ("weight_sync_s", "tab:gray"), ("update_s", "tab:red")):  # fmt: skip
+        values = [r.get(key) or 0.0 for r in records]
         axes[1][1].bar(steps, values, bottom=bottom, color=color, label=key[:-2])
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     titles = ("reward", "valid-action rate", "turns per episode", "seconds per step")

@@ -1,13 +1,17 @@
 """The ``trl`` RL backend: TRL's GRPOTrainer, on a CPU or one GPU, no Ray.
 
-TRL calls :func:`make_rollout` once per step with the step's prompts (a task's instance id,
-repeated once per rollout of its group); each becomes an episode of the sweflow agent whose
-replies the policy generates in this process (sweflow.training.rl.episode), concurrently across
-episodes, generation serialized on the model. TRL gets the episode's first prompt as
-``prompt_ids``, everything after it as ``completion_ids`` with ``env_mask`` zero on the
-observation tokens, and the reward through a reward function; an episode the machinery failed
-has reward None, which TRL excludes from the group baseline and gives no advantage, and every
-token of it masked, so it counts in no loss normalisation either.
+TRL calls :func:`make_rollout`'s function once per step; it returns the step's episodes of the
+sweflow agent (sweflow.training.rl.rollouts: which tasks, generated when and by which policy
+version). With ``rl.rollout`` vllm the policy is served by one vLLM server for the run
+(sweflow.training.rl.served) whose weights follow the trainer's; with hf it generates in this
+process, one generation at a time. TRL gets the episode's first prompt as ``prompt_ids``,
+everything after it as ``completion_ids`` with ``env_mask`` zero on the observation tokens, the
+sampled log-probabilities, how many updates behind its policy is (``policy_lag``, for the
+importance ratio of sweflow.training.rl.trl_loss) and the reward through a reward function; an
+episode the machinery failed has reward None, which TRL excludes from the group baseline and
+gives no advantage, and every token of it masked, so it counts in no loss normalisation either
+(as is an episode that hit a limit, under ``rl.compact_filtering``). TRL's prompts only count the
+step's episodes: the tasks are the schedule's, the same however the episodes generate.
 
 Per step, the rollout's figures and the update's time and loss go to ``metrics.jsonl``,
 TensorBoard and ``rl.png``; checkpoints every ``checkpoint_every`` steps, and a killed run
@@ -16,24 +20,21 @@ resumes from the last one. The result is a Hugging Face folder published whole.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sweflow.instances import Instance
-from sweflow.sandbox.tracking import interrupted, run_interruptible
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.output import model_card, publish
 from sweflow.training.rl.backend import RLError, RLInterrupted, RLRun, StepProgress
 from sweflow.training.rl.config import RLConfig
-from sweflow.training.rl.episode import Episode, EpisodeEnv, run_episode, save_episodes
+from sweflow.training.rl.generation import LocalGenerator
 from sweflow.training.rl.result import (
     RLResult,
     StepRecord,
@@ -41,6 +42,9 @@ from sweflow.training.rl.result import (
     published,
     read_records,
 )
+from sweflow.training.rl.rollouts import Rollouts, trained_mask
+from sweflow.training.rl.served import serve_policy, weight_folders
+from sweflow.training.rl.trl_loss import grpo_trainer_class
 from sweflow.training.workdir import resume_point
 
 
@@ -59,71 +63,35 @@ class TRLBackend:
 
     def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
         import torch
-        from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
-        from trl import GRPOTrainer
 
-        work, rl = run.work, run.rl
-        cpu = not torch.cuda.is_available()
-        tokenizer = AutoTokenizer.from_pretrained(str(run.policy))
-        encoder = ChatEncoder(run.policy)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(run.policy), dtype=torch.float32 if cpu else torch.bfloat16
-        )
-        records: list[StepRecord] = []
-        rollout = make_rollout({t.instance_id: t for t in run.tasks}, run.env, encoder, rl,
-                               work / "rollouts", records)  # fmt: skip
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=[env_reward],
-            args=grpo_arguments(rl, work / "checkpoints", cpu),
-            train_dataset=Dataset.from_list([{"prompt": t.instance_id} for t in run.tasks]),
-            processing_class=tokenizer,
-            rollout_func=rollout,
-            callbacks=[
-                _metrics_callback(records, work, rl, progress),
-                trl_tensorboard(work / "tensorboard" / "trl"),
-            ],  # fmt: skip
-        )
-        for noisy in (PrinterCallback, ProgressCallback):  # the metrics callback reports instead
-            trainer.remove_callback(noisy)
-        began = time.monotonic()
-        try:
-            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-        except KeyboardInterrupt:
-            last = last_checkpoint(work / "checkpoints")
-            resumes = f"from {last.name}" if last else "from the start (no checkpoint yet)"
-            raise RLInterrupted(
-                f"RL stopped in step {trainer.state.global_step + 1} of {rl.steps}; "
-                f"the same command resumes {resumes}"
-            ) from None
-        except RuntimeError as exc:
-            if "out of memory" in str(exc).lower() or "allocate" in str(exc).lower():
-                raise RLError(
-                    f"out of memory: lower rl.max_response_length ({rl.max_response_length}), "
-                    f"rl.tasks_per_step ({rl.tasks_per_step}) or rl.rollouts_per_task "
-                    f"({rl.rollouts_per_task}): {exc}"
-                ) from exc
-            raise
-        seconds = round(time.monotonic() - began, 1)
-        result = RLResult(
-            model=str(run.out), base_model=run.base_model, backend="trl",
-            inputs_digest=run.inputs, tasks=len(run.tasks), steps=trainer.state.global_step,
-            records=read_records(work / "metrics.jsonl"), train_seconds=seconds,
-            tensorboard=str(work / "tensorboard"),
-        )  # fmt: skip
-        result.infra_failures = sum(r["infra_failures"] for r in result.records)
-        final = work / "final"
-        shutil.rmtree(final, ignore_errors=True)
-        trainer.save_model(str(final))
-        tokenizer.save_pretrained(str(final))
-        plot = plot_curves(result.records, work / "rl.png")
-        result.curves = str(plot) if plot else None
-        publish(final, run.policy, run.out, "fp32" if cpu else "bf16", result.to_dict(),
-                _card(result, rl))  # fmt: skip
-        shutil.rmtree(final, ignore_errors=True)
-        return result
+        with contextlib.ExitStack() as stack:
+            served = None
+            if run.rl.rollout == "vllm":  # first: a server that cannot start fails fast
+                log = run.work / "vllm.log"
+                served = stack.enter_context(
+                    serve_policy(run.policy, run.rl, log, gpu=torch.cuda.is_available())
+                )
+            trainer, tokenizer, records = _trainer(run, served, stack, progress)
+            began = time.monotonic()
+            try:
+                trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+            except KeyboardInterrupt:
+                last = last_checkpoint(run.work / "checkpoints")
+                resumes = f"from {last.name}" if last else "from the start (no checkpoint yet)"
+                raise RLInterrupted(
+                    f"RL stopped in step {trainer.state.global_step + 1} of {run.rl.steps}; "
+                    f"the same command resumes {resumes}"
+                ) from None
+            except RuntimeError as exc:
+                if "out of memory" in str(exc).lower() or "allocate" in str(exc).lower():
+                    raise RLError(
+                        f"out of memory: lower rl.max_response_length ({run.rl.max_response_length}"
+                        f"), rl.tasks_per_step ({run.rl.tasks_per_step}) or rl.rollouts_per_task "
+                        f"({run.rl.rollouts_per_task}): {exc}"
+                    ) from exc
+                raise
+            seconds = round(time.monotonic() - began, 1)
+        return _publish(run, trainer, tokenizer, seconds, cpu=not torch.cuda.is_available())
 
 
 def last_checkpoint(folder: Path) -> Path | None:
@@ -139,136 +107,93 @@ def last_checkpoint(folder: Path) -> Path | None:
     return whole
 
 
-def summarize(
-    step: int, episodes: list[Episode], rollout_s: float, busy_s: float, group: int
-) -> StepRecord:
-    """The step's rollout figures; generation is the model's busy time, the environment the
-    rest of the rollout's wall time (sandboxes, tools, grading, on the critical path). Episodes
-    come in groups of ``group`` consecutive ones (TRL repeats each prompt that many times)."""
-    scored = [e for e in episodes if not e.infra_failure]
-    turns = sum(e.steps for e in scored)
-    groups = [episodes[i : i + group] for i in range(0, len(episodes), group)]
-    return StepRecord(
-        step=step,
-        episodes=len(episodes),
-        infra_failures=len(episodes) - len(scored),
-        refused=sum(bool(e.refused) for e in scored),
-        zero_spread_groups=round(sum(map(_no_spread, groups)) / max(len(groups), 1), 3),
-        mean_reward=sum(e.reward or 0.0 for e in scored) / len(scored) if scored else None,
-        resolve_rate=sum(e.resolved for e in scored) / max(len(scored), 1),
-        valid_action_rate=sum(e.valid_steps for e in scored) / max(turns, 1),
-        episode_turns=turns / max(len(scored), 1),
-        generated_tokens=sum(sum(e.mask) for e in scored) / max(len(scored), 1),
-        generation_s=round(busy_s, 3),
-        env_s=round(max(0.0, rollout_s - busy_s), 3),
-        env_s_per_rollout=round(sum(e.env_s for e in scored) / max(len(scored), 1), 3),
-    )
-
-
-def trained_mask(episode: Episode) -> list[int]:
-    """1 on the tokens the policy generated, 0 on the environment's; all 0 for an episode the
-    machinery failed, so it trains nothing and counts in no loss normalisation."""
-    return [0] * len(episode.response_ids) if episode.infra_failure else episode.mask
-
-
-def _no_spread(group: list[Episode]) -> bool:
-    """A group whose scored episodes all earned the same reward: GRPO learns nothing from it."""
-    rewards = {e.reward for e in group if not e.infra_failure}
-    return len(rewards) <= 1
-
-
-def _until_interrupted() -> Any:
-    """A stopping criterion of ``generate`` checked after every token: Ctrl-C cancels the
-    episodes, and the reply being generated in a worker thread ends at once with them (it would
-    keep the process alive until its last token)."""
+def _trainer(run: RLRun, served: Any, stack: contextlib.ExitStack,
+             progress: StepProgress | None) -> tuple[Any, Any, list[StepRecord]]:  # fmt: skip
+    """TRL's trainer for ``run``, its episodes from ``served`` (a ServedPolicy) or, when None,
+    from the model it trains."""
     import torch
-    from transformers import StoppingCriteria
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    class UntilInterrupted(StoppingCriteria):
-        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-            return torch.full((input_ids.shape[0],), interrupted(), dtype=torch.bool)
-
-    return UntilInterrupted()
-
-
-class LocalGenerator:
-    """Sampling from the policy being trained, in this process (Hugging Face ``generate``).
-
-    One generation at a time (the model is shared); ``busy_s`` accumulates the time spent."""
-
-    def __init__(self, model: Any, tokenizer: Any, temperature: float) -> None:
-        self.model, self.tokenizer, self.temperature = model, tokenizer, temperature
-        self.busy_s = 0.0
-        self._lock = threading.Lock()
-
-    async def __call__(self, ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
-        return await asyncio.to_thread(self._generate, ids, max_new)
-
-    def _generate(self, ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
-        import torch
-
-        with self._lock:
-            began = time.perf_counter()
-            was_training = self.model.training
-            self.model.eval()
-            try:
-                with torch.no_grad():
-                    out = self.model.generate(
-                        torch.tensor([ids], device=self.model.device),
-                        max_new_tokens=max_new,
-                        do_sample=True,
-                        temperature=self.temperature,
-                        top_k=0,
-                        top_p=1.0,
-                        eos_token_id=self.tokenizer.eos_token_id,
-                        pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
-                        output_logits=True,
-                        return_dict_in_generate=True,
-                        stopping_criteria=[_until_interrupted()],
-                    )
-            finally:
-                self.model.train(was_training)
-            new = out.sequences[0, len(ids) :].tolist()
-            logits = torch.stack(out.logits)[:, 0, :].float() / self.temperature
-            picked = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(new)[:, None])
-            self.busy_s += time.perf_counter() - began
-            return new, picked[:, 0].tolist()
+    work, rl = run.work, run.rl
+    cpu = not torch.cuda.is_available()
+    tokenizer = AutoTokenizer.from_pretrained(str(run.policy))
+    encoder = ChatEncoder(run.policy)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(run.policy), dtype=torch.float32 if cpu else torch.bfloat16
+    )
+    if served is None:
+        generator, weights = LocalGenerator(model, tokenizer, rl.temperature), None
+    else:
+        size = sum(p.numel() * p.element_size() for p in model.parameters())
+        generator, weights = served, weight_folders(work, size)
+    tasks = {t.instance_id: t for t in run.tasks}
+    # TRL's prompts only count a step's episodes (the schedule picks the tasks), but its sampler
+    # finds no batch in fewer rows than tasks_per_step: it gets a step's worth at least
+    prompts = list(tasks) * -(-rl.tasks_per_step // len(tasks))
+    rollouts = Rollouts(tasks, run.env, encoder, rl, generator, work / "rollouts", weights)
+    stack.callback(rollouts.close)
+    records: list[StepRecord] = []
+    ratios: list[tuple[int, float]] = []
+    trainer = grpo_trainer_class()(
+        model=model,
+        reward_funcs=[env_reward],
+        args=grpo_arguments(rl, work / "checkpoints", cpu),
+        train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
+        processing_class=tokenizer,
+        rollout_func=make_rollout(rollouts, records, encoder.tokenizer.eos_token_id, rl),
+        callbacks=[
+            _metrics_callback(records, ratios, rollouts, work, rl, progress),
+            trl_tensorboard(work / "tensorboard" / "trl"),
+        ],  # fmt: skip
+        ratios=ratios,
+    )
+    for noisy in (PrinterCallback, ProgressCallback):  # the metrics callback reports instead
+        trainer.remove_callback(noisy)
+    return trainer, tokenizer, records
 
 
-def make_rollout(
-    tasks: dict[str, Instance],
-    env: EpisodeEnv,
-    encoder: ChatEncoder,
-    rl: RLConfig,
-    rollouts_dir: Path,
-    records: list[StepRecord],
-) -> Callable[[list[str], Any], dict[str, Any]]:
-    """TRL's ``rollout_func``: episodes for a step's prompts (instance ids, already repeated
-    once per rollout), and the step's rollout figures appended to ``records``."""
+def _publish(run: RLRun, trainer: Any, tokenizer: Any, seconds: float, cpu: bool) -> RLResult:
+    """The trained policy as a Hugging Face folder in ``run.out``, with its record."""
+    work, rl = run.work, run.rl
+    result = RLResult(
+        model=str(run.out), base_model=run.base_model, backend="trl",
+        inputs_digest=run.inputs, tasks=len(run.tasks), steps=trainer.state.global_step,
+        records=read_records(work / "metrics.jsonl"), train_seconds=seconds,
+        tensorboard=str(work / "tensorboard"),
+    )  # fmt: skip
+    result.infra_failures = sum(r["infra_failures"] for r in result.records)
+    final = work / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    plot = plot_curves(result.records, work / "rl.png")
+    result.curves = str(plot) if plot else None
+    publish(final, run.policy, run.out, "fp32" if cpu else "bf16", result.to_dict(),
+            _card(result, rl))  # fmt: skip
+    shutil.rmtree(final, ignore_errors=True)
+    return result
+
+
+def make_rollout(rollouts: Rollouts, records: list[StepRecord], eos: int,
+                 rl: RLConfig) -> Callable[[list[str], Any], dict[str, Any]]:  # fmt: skip
+    """TRL's ``rollout_func``: the step's episodes (TRL's prompts, instance ids repeated once
+    per rollout, only count them), and the step's rollout figures appended to ``records``."""
 
     def rollout(prompts: list[str], trainer: Any) -> dict[str, Any]:
-        generator = LocalGenerator(trainer.model, encoder.tokenizer, rl.temperature)
-        began = time.perf_counter()
-
-        async def all_episodes() -> list[Episode]:
-            jobs = [run_episode(tasks[p], env, encoder, generator, rl) for p in prompts]
-            return list(await asyncio.gather(*jobs))
-
-        episodes = run_interruptible(all_episodes())  # Ctrl-C closes the episodes' sandboxes
-        step = trainer.state.global_step + 1
-        records.append(summarize(step, episodes, time.perf_counter() - began, generator.busy_s,
-                                 rl.rollouts_per_task))  # fmt: skip
-        save_episodes(episodes, rollouts_dir / f"step-{step:04d}")
-        eos = encoder.tokenizer.eos_token_id  # stands in for an episode that failed at once
-        return {
+        if len(prompts) != rl.episodes_per_step:
+            raise RLError(f"TRL asked for {len(prompts)} episodes, not {rl.episodes_per_step}")
+        batch = rollouts.take(trainer.state.global_step + 1)
+        records.append(batch.record)
+        episodes = batch.episodes
+        return {  # an episode that failed at once has no tokens: an end-of-turn stands in
             "prompt_ids": [e.prompt_ids or [eos] for e in episodes],
             "completion_ids": [e.response_ids or [eos] for e in episodes],
             "logprobs": [e.logprobs or [0.0] for e in episodes],
-            # a dropped episode trains nothing and counts in no normalisation: all masked
-            "env_mask": [
-                ([0] * len(e.response_ids) if e.infra_failure else e.mask) or [0] for e in episodes
-            ],  # fmt: skip
+            "env_mask": [trained_mask(e, rl) or [0] for e in episodes],
             "env_reward": [e.reward for e in episodes],
+            "policy_lag": batch.lags,
         }
 
     return rollout
@@ -317,26 +242,36 @@ def trl_tensorboard(folder: Path) -> Any:
     return TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(folder)))
 
 
-def _metrics_callback(records: list[StepRecord], work: Path, rl: RLConfig, progress):
+def _metrics_callback(records: list[StepRecord], ratios: list[tuple[int, float]],
+                      rollouts: Rollouts, work: Path, rl: RLConfig,
+                      progress: StepProgress | None) -> Any:  # fmt: skip
     from torch.utils.tensorboard import SummaryWriter
     from transformers import TrainerCallback
 
     class Metrics(TrainerCallback):
-        """Completes each step's rollout figures with the update and writes them out."""
+        """Starts the rollouts, tells them of each update, completes each step's rollout
+        figures with the update's and writes them out."""
 
         def __init__(self) -> None:
             self.writer = SummaryWriter(log_dir=str(work / "tensorboard" / "sweflow"))
             self.began = 0.0
 
+        def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001
+            rollouts.start(state.global_step, model, rl.steps)  # after a resume's checkpoint
+
         def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
             self.began = time.perf_counter()
+            ratios.clear()
 
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+            publish_s = rollouts.updated(state.global_step)
             if records and records[-1].step == state.global_step:
                 record = records[-1]
                 record.step_s = round(time.perf_counter() - self.began, 3)
-                spent = record.step_s - record.generation_s - record.env_s
+                record.weight_sync_s = round((record.weight_sync_s or 0.0) + publish_s, 3)
+                spent = record.step_s - (record.wait_s or 0.0) - publish_s
                 record.update_s = round(max(0.0, spent), 3)
+                record.extra.update(importance(ratios))
 
         def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
             """The step's loss arrives in the log that follows its end: write the step out."""
@@ -349,7 +284,7 @@ def _metrics_callback(records: list[StepRecord], work: Path, rl: RLConfig, progr
             data = dataclasses.asdict(record)
             with (work / "metrics.jsonl").open("a") as fh:
                 fh.write(json.dumps(data) + "\n")
-            for key, value in data.items():
+            for key, value in [*data.items(), *data["extra"].items()]:
                 if isinstance(value, int | float) and key != "step":
                     self.writer.add_scalar(f"sweflow/{key}", value, record.step)
             self.writer.flush()
@@ -360,6 +295,16 @@ def _metrics_callback(records: list[StepRecord], work: Path, rl: RLConfig, progr
             self.writer.close()
 
     return Metrics()
+
+
+def importance(ratios: list[tuple[int, float]]) -> dict[str, float]:
+    """The mean importance ratio of a step's on-policy and off-policy episodes (those it had)."""
+    figures = {}
+    for name, keep in (("on_policy", lambda lag: lag == 0), ("off_policy", lambda lag: lag > 0)):
+        values = [ratio for lag, ratio in ratios if keep(lag)]
+        if values:
+            figures[f"importance_ratio/{name}"] = round(sum(values) / len(values), 6)
+    return figures
 
 
 def _card(result: RLResult, rl: RLConfig) -> str:

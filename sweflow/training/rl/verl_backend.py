@@ -53,6 +53,7 @@ ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "ppo": "gae"}
 TRACKER = "latest_checkpointed_iteration.txt"  # verl's record of its last checkpoint
 METRICS, EARLIER_METRICS = "metrics.jsonl", "metrics.earlier.jsonl"  # verl's file logger's
 STEP_TIMES = {"timing_s/step", "timing_s/gen"}  # in verl's log of every training step
+MAX_AGENT_WORKERS = 8  # verl's default rollout.agent.num_workers
 
 
 class VerlError(SweflowError):
@@ -95,14 +96,25 @@ def write_inputs(tasks: list[Instance], folder: Path) -> tuple[Path, Path]:
     return rows, parquet
 
 
+def agent_workers(rl: RLConfig) -> int:
+    """verl's agent-loop workers: verl splits each step's batch (tasks times rollouts) into one
+    equal chunk per worker and refuses a batch they do not divide, so the largest divisor of
+    the batch up to verl's default."""
+    batch = rl.tasks_per_step * rl.rollouts_per_task
+    return max(n for n in range(1, MAX_AGENT_WORKERS + 1) if batch % n == 0)
+
+
 def write_context(folder: Path, rows: Path, policy: Path, store: Path, specs: Path,
                   agent: AgentConfig, rl: RLConfig, backend: str) -> Path:  # fmt: skip
-    """The rollout context file and the agent-loop YAML that names it; returns the YAML."""
+    """The rollout context file and the agent-loop YAML that names it; returns the YAML. The
+    context says how many agent-loop workers share a node (verl spreads them round-robin), so
+    that each bounds its open sandboxes to its share of the node's slots."""
     context = folder / "rollout.json"
+    per_node = -(-agent_workers(rl) // rl.nodes)
     context.write_text(json.dumps({
         "tasks": str(rows), "policy": str(policy), "store": str(store), "specs": str(specs),
         "agent": agent.model_dump(mode="json"), "rl": rl.model_dump(mode="json"),
-        "backend": backend,
+        "backend": backend, "workers_per_node": per_node,
     }, indent=1))  # fmt: skip
     loops = folder / "agent_loops.yaml"
     loops.write_text(
@@ -143,6 +155,7 @@ def overrides(rl: RLConfig, policy: Path, parquet: Path, loops: Path, work: Path
         "actor_rollout_ref.rollout.calculate_log_probs": True,
         "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(loops),
         "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
+        "actor_rollout_ref.rollout.agent.num_workers": agent_workers(rl),
         "trainer.total_training_steps": rl.steps,
         "trainer.save_freq": rl.checkpoint_every,
         "trainer.test_freq": -1,

