@@ -6,14 +6,13 @@ but moves only along what the issue and its own observations name (sweflow.agent
 from __future__ import annotations
 
 import ast
-import re
 import shlex
 from dataclasses import dataclass
 
+from sweflow.grading.patches import is_test_path
 from sweflow.sandbox import Sandbox
 
 MAX_FILES = 2000  # a repository larger than this is mapped in part (its first files by path)
-TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
 
 
 @dataclass(frozen=True)
@@ -70,10 +69,6 @@ def _definitions(path: str, text: str) -> list[Definition]:
         for node in ast.walk(tree)
         if isinstance(node, kinds)
     ]
-
-
-def is_test_path(path: str) -> bool:
-    return TEST_PATH.search(path) is not None
 
 
 async def read_sources(sandbox: Sandbox, workdir: str) -> dict[str, str]:
