@@ -19,7 +19,14 @@ from sweflow.agent import AgentConfig, Batch, run_agent
 from sweflow.agent.clues import names_path
 from sweflow.agent.imitable import imitability
 from sweflow.agent.jobs import collect, replay_collect
-from sweflow.agent.replay import Check, ReplayModel, quiet, replay_check, replay_clients
+from sweflow.agent.replay import (
+    Check,
+    ReplayModel,
+    quiet,
+    replay_check,
+    replay_clients,
+    smallest_edit,
+)
 from sweflow.agent.trajectory import ActionRecord, StepRecord, Trajectory
 from sweflow.instances import Instance
 
@@ -207,3 +214,23 @@ def test_every_demo_replay_is_imitable_and_resolves(grading_dataset, tmp_path, m
         f"{mode}: {summary.kept} kept, {len(summary.skipped)} skipped, imitable fraction "
         f"{summary.imitable_fraction}; skipped: {summary.skipped}"
     )
+
+
+def test_an_edit_is_the_changed_lines_widened_only_until_unique() -> None:
+    source = "def f(x):\n    y = 1\n    y = 1\n    if x:\n        return y\n    return 0\n"
+    fixed = source.replace("    if x:", "    if not x:")
+    hunk = _diff("m.py", source, fixed)
+    assert smallest_edit(hunk, source) == ("    if x:\n", "    if not x:\n")
+    # "    y = 1" twice: a change to the second is widened a line each side, which is unique
+    twice = source.replace("    y = 1\n    if", "    y = 2\n    if")
+    assert smallest_edit(_diff("m.py", source, twice), source) == (
+        "    y = 1\n    y = 1\n    if x:\n", "    y = 1\n    y = 2\n    if x:\n"
+    )
+
+
+def _diff(name: str, before: str, after: str):
+    import difflib
+
+    text = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
+                                        f"a/{name}", f"b/{name}"))  # fmt: skip
+    return PatchSet(text)[0][0]

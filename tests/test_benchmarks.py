@@ -74,3 +74,14 @@ def test_the_quick_run_prints_its_documented_keys(name: str) -> None:
     report = json.loads(done.stdout)
     missing = [key for key in _documented_keys()[name] if key not in report]
     assert not missing, f"sweflow bench {name} --json --quick lacks {missing}: {report}"
+
+
+def test_the_bare_reward_baseline_runs_commands_ending_in_a_here_document() -> None:
+    """The replay's reproduction step is ``python - <<'EOF' ... EOF``: wrapped for the bare
+    baseline it must still parse (it once ended ``EOF)`` and bash refused it)."""
+    from sweflow.bench.reward import _quietly
+
+    command = "python3 - <<'EOF'\nprint('hi')\nEOF"
+    line = _quietly(command).replace("cd /testbed", "cd /")
+    done = subprocess.run(["bash", "-c", line + " && echo ran"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == "ran\n", done.stderr

@@ -6,11 +6,11 @@ SFT data. The replay plays the part of the model in the real agent loop, in a re
 knows the fix, but it moves only along clues (sweflow.agent.replay_route): it runs the issue's
 reproduction, follows the traceback, searches for the names and messages the issue and its
 observations show, reads on from what it viewed, until a view shows each place the gold patch
-changes; then it edits (``str_replace`` per hunk, widened with the viewed lines when its text is
-not unique), runs the reproduction again and the tests, and submits. Every observation is the
-sandbox's real answer and the run is graded like any other. A task whose changes no clue leads
-to is declined with the reason (exit status ``declined``), never given a step a student could
-not have taken.
+changes; then it edits (``str_replace`` of the changed lines per hunk, widened by the hunk's
+context until unique in the file, then by the viewed lines), runs the reproduction again and the
+tests, and submits. Every observation is the sandbox's real answer and the run is graded like
+any other. A task whose changes no clue leads to is declined with the reason (exit status
+``declined``), never given a step a student could not have taken.
 
 The test step runs those of the FAIL_TO_PASS tests' files that exist before the test patch and
 that the issue or an observation named, else the visible suite (SWE-smith style tasks hide the
@@ -202,16 +202,17 @@ def _replay_file(patched: PatchedFile, known: Knowledge, source: SourceMap, work
         yield f"Create {patched.path}.", Action(EDITOR, args)
         return
     done: list[tuple[str, str]] = []  # (old, new) of this file's edits so far
+    text = "\n".join(source.lines.get(patched.path, []))
     for hunk, target in zip(patched, targets(patched), strict=True):
         shown = known.shown(target)
         assert shown is not None  # every target was viewed before the edits
         window = shown
         for before, after in done:
             window = window.replace(before, after, 1)
+            text = text.replace(before, after, 1)
         holder = source.enclosing(patched.path, _first_change(hunk))
         where = f"`{holder.name}`" if holder else patched.path
-        old = "".join(text for kind, text in _lines(hunk) if kind != "+")
-        new = "".join(text for kind, text in _lines(hunk) if kind != "-")
+        old, new = smallest_edit(hunk, text)
         edit = {"command": "str_replace", "path": path, "old_str": old, "new_str": new}
         thought = f"This code in {where} is what goes wrong; change it."
         answer = yield thought, Action(EDITOR, edit)
@@ -221,6 +222,23 @@ def _replay_file(patched: PatchedFile, known: Knowledge, source: SourceMap, work
             done.append((window, wide["new_str"]))
         else:
             done.append((old, new))
+
+
+def smallest_edit(hunk: Hunk, text: str) -> tuple[str, str]:
+    """The hunk as (old, new) text: its changed lines, widened one context line each side at a
+    time until ``old`` appears once in the file's ``text``; the whole hunk when nothing smaller
+    is unique. Short edits are what a student can learn to write (and cost fewer tokens)."""
+    lines = _lines(hunk)
+    changed = [i for i, (kind, _) in enumerate(lines) if kind != " "] or [0]
+    first, last = changed[0], changed[-1]
+    while True:
+        part = lines[first : last + 1]
+        old = "".join(line for kind, line in part if kind != "+")
+        new = "".join(line for kind, line in part if kind != "-")
+        whole = first == 0 and last == len(lines) - 1
+        if whole or (old.strip() and text.count(old) == 1):
+            return old, new
+        first, last = max(first - 1, 0), min(last + 1, len(lines) - 1)
 
 
 def _first_change(hunk: Hunk) -> int:

@@ -104,14 +104,20 @@ class HostChroot:
     def time_commands(self, patch: str, commands: list[str]) -> float:
         """An agent's shell commands, one after the other, on the checkout with ``patch``."""
         self._reset_with(patch)
-        return sum(self._bash(f"cd /testbed && ({command}) >/dev/null 2>&1 || true")
-                   for command in commands)  # fmt: skip
+        return sum(self._bash(_quietly(command)) for command in commands)
 
     def time_test_cmd(self, patch: str) -> float:
         """The spec's test command alone, on the checkout with the patch and test patch."""
         self._reset_with(patch, self.instance.test_patch)
         command = test_command(self.spec, patch_files(self.instance.test_patch))
-        return self._bash(f"cd /testbed && ({command}) >/dev/null 2>&1 || true")
+        return self._bash(_quietly(command))
+
+
+def _quietly(command: str) -> str:
+    """``command`` in /testbed, its output and status dropped. The parenthesis closes on a line
+    of its own: a command ending in a here-document (the teacher's reproduction run) needs its
+    terminator alone on the last line."""
+    return f"cd /testbed && ({command}\n) >/dev/null 2>&1 || true"
 
 
 def _bare(data, grader, by_id, preds, reps, progress) -> tuple[list[float], list[float]]:
