@@ -224,7 +224,8 @@ def test_an_edit_is_the_changed_lines_widened_only_until_unique() -> None:
     # "    y = 1" twice: a change to the second is widened a line each side, which is unique
     twice = source.replace("    y = 1\n    if", "    y = 2\n    if")
     assert smallest_edit(_diff("m.py", source, twice), source) == (
-        "    y = 1\n    y = 1\n    if x:\n", "    y = 1\n    y = 2\n    if x:\n"
+        "    y = 1\n    y = 1\n    if x:\n",
+        "    y = 1\n    y = 2\n    if x:\n",
     )
 
 

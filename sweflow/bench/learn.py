@@ -58,11 +58,12 @@ class Plan:
     rl_steps: int
     overfit_samples: int  # samples per RL task before and after
     max_steps: int = 10  # agent steps per run
-    max_tokens: int = 256  # per reply
+    max_tokens: int = 768  # per reply: the teacher's longest (a reproduction script) fit
+    learning_rate: float = 1e-4  # full fine-tune of a 135M model on a few hundred examples
 
 
-FULL = Plan(None, None, 2, None, 24, 4, 4, 12, 16)
-QUICK = Plan(8, 6, 1, 16, 4, 4, 1, 2, 4, max_steps=8)  # 8 minutes on 2 cores, quiet
+FULL = Plan(None, None, 1, None, 24, 4, 4, 12, 16)
+QUICK = Plan(24, 6, 2, None, 4, 4, 1, 2, 4, max_steps=8)
 
 
 def heldout_repos(dataset: Path) -> list[str]:
@@ -117,8 +118,8 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     base = resolve_model("smollm2-135m-instruct")
     progress(f"SFT on {gold.kept} golden trajectories ({plan.sft_epochs} epoch(s))")
     sft = train_sft(Path(gold.outputs["openai"]), base, out / "sft", out / "sft" / "model",
-                    SFTConfig(epochs=plan.sft_epochs, learning_rate=5e-5, max_seq_len=2048,
-                              max_steps_per_epoch=plan.sft_steps_per_epoch,
+                    SFTConfig(epochs=plan.sft_epochs, learning_rate=plan.learning_rate,
+                              max_seq_len=2048, max_steps_per_epoch=plan.sft_steps_per_epoch,
                               activation_checkpointing=True))  # fmt: skip
     report["sft"] = {"steps": sft.steps, "loss_first": sft.losses[0] if sft.losses else None,
                      "loss_last": sft.final_loss, "loss_plot": sft.loss_plot}  # fmt: skip
@@ -128,7 +129,8 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
         heldout["base"] = _runs(model, data, eval_rows, out / "base" / "heldout", plan)
     with served_model(Path(sft.model), out / "sft", progress) as model:
         heldout["sft"] = _runs(model, data, eval_rows, out / "sft" / "heldout", plan)
-        chosen, before = _rl_tasks(model, data, train_rows, out / "sft", plan, progress)
+        trained = [r for r in train_rows if r.instance_id not in gold.skipped]
+        chosen, before = _rl_tasks(model, data, trained, out / "sft", plan, progress)
     overfit: dict = {"tasks": [r.instance_id for r in chosen], "steps": plan.rl_steps,
                      "samples_per_task": plan.overfit_samples,
                      "resolve_before": before}  # fmt: skip
@@ -150,7 +152,8 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     else:  # no RL ran: the SFT+RL model is the SFT model
         heldout["rl"] = heldout["sft"]
         overfit["note"] = "no train task is resolved sometimes by the SFT model: RL did not run"
-    report["heldout"] = {name: figures["rates"] for name, figures in heldout.items()}
+    report["heldout"] = {name: _with_resolve_rate(figures["rates"])
+                         for name, figures in heldout.items()}  # fmt: skip
     report["rl_overfit"] = {"resolve_after": None, **overfit}
     report["minutes"] = round((time.monotonic() - began) / 60, 1)
     report["plots"] = _plots(report, out)
@@ -160,8 +163,9 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
 
 def _rl_tasks(model, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
               progress: Progress) -> tuple[list[Instance], float | None]:  # fmt: skip
-    """Train tasks the SFT model resolves sometimes at temperature 1 (the most uncertain first),
-    and its resolve rate on them over ``overfit_samples`` samples each."""
+    """Of the train tasks the SFT model learned from (``rows``: the teacher kept them), those it
+    resolves sometimes at temperature 1 (the most uncertain first), and its resolve rate on them
+    over ``overfit_samples`` samples each."""
     candidates = rows[: plan.candidates]
     progress(f"RL check: the SFT model samples {plan.candidate_samples} runs on each of "
              f"{len(candidates)} train tasks")  # fmt: skip
@@ -197,6 +201,11 @@ def _runs(model: str, data: GradingData, rows: list[Instance], out: Path, plan: 
           **sampling) -> dict:  # fmt: skip
     """Graded agent runs with the plan's limits (see learn_runs.agent_runs)."""
     return agent_runs(model, data, rows, out, _agent(plan), plan.max_tokens, **sampling)
+
+
+def _with_resolve_rate(rates: dict) -> dict:
+    """The scores' rates plus ``resolve_rate``, the name the learning issue gives resolved_rate."""
+    return {**rates, "resolve_rate": rates["resolved_rate"]}
 
 
 def _mean(values) -> float | None:

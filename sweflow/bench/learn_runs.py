@@ -21,7 +21,7 @@ from sweflow.instances import Instance
 from sweflow.ports import free_port
 from sweflow.serving import ServeConfig, vllm_server
 
-MAX_MODEL_LEN = 4096
+MAX_MODEL_LEN = 8192  # SmolLM2's context: an issue, 8 replies and their observations
 
 
 @contextlib.contextmanager
