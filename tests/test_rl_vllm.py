@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import psutil
 import pytest
 import torch
 from conftest import trained_as_sampled
@@ -134,10 +138,30 @@ def test_the_served_policy_follows_the_trainer_within_the_staleness_bound(
 
         with pytest.raises(WeightSyncError, match="reloading policy version 9"):
             served.load(tmp_path / "no-such-weights", 9)
+
+        # the server dies while it answers an episode's request: infrastructure, not a 0
+        instance = next(iter(tasks.values()))
+        group = os.getpgid(_listening_pid(served.base_url))
+
+        async def dies_mid_request(ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
+            os.killpg(group, signal.SIGSTOP)  # frozen: the request below waits for an answer
+            request = asyncio.ensure_future(served(ids, max_new))
+            await asyncio.sleep(1.0)
+            os.killpg(group, signal.SIGKILL)
+            return await request
+
+        episode = asyncio.run(run_episode(instance, rl_env, encoder, dies_mid_request, sync))
+        assert episode.reward is None and "policy generation failed" in episode.infra_failure
     # the server is gone: an episode that needs it is an infrastructure failure, not a 0
-    instance = next(iter(tasks.values()))
     episode = asyncio.run(run_episode(instance, rl_env, encoder, served, sync))
     assert episode.reward is None and "policy generation failed" in episode.infra_failure
+
+
+def _listening_pid(base_url: str) -> int:
+    """The process listening on the server's port (the vLLM API server, its group's leader)."""
+    port = urlsplit(base_url).port
+    return next(c.pid for c in psutil.net_connections("tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr.port == port)  # fmt: skip
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
