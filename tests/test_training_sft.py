@@ -24,6 +24,7 @@ from sweflow.training.sft.config import SFTConfig
 from sweflow.training.sft.data import IGNORE, SFTDataError
 from sweflow.training.sft.losses import mean_loss
 from sweflow.training.sft.train import train_sft
+from sweflow.training.sft.windows import split_windows
 
 pytestmark = pytest.mark.timeout(900)
 FAST = {"max_seq_len": 1024, "learning_rate": 5e-4, "activation_checkpointing": False}
@@ -193,14 +194,43 @@ def test_an_overlong_conversation_is_split_into_windows_that_train_every_turn_on
     rows = sft_data.load_examples(tmp_path / "out" / "train.jsonl")
     assert report.split == 1 and len(rows) >= 2 and report.examples == len(rows)
     head = encoder.render(record["messages"][:2], None, prompt=False)
+    replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
     trained = ""
     for row in rows:
         assert len(row.tokens) <= limit
         assert encoder.tokenizer.decode(row.tokens).startswith(head)
         kept = [t for t, label in zip(row.tokens, row.labels, strict=True) if label != IGNORE]
+        first = next(i for i, label in enumerate(row.labels) if label != IGNORE)
+        context = encoder.tokenizer.decode(row.tokens[:first])
+        done = len([r for r in replies if f"{r}<|im_end|>" in trained])
+        if done:  # a later window: the reply before its first trained one is its context
+            assert replies[done - 1] in context, (done, context[-300:])
         trained += encoder.tokenizer.decode(kept)
-    replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
     assert trained == "".join(f"{reply}<|im_end|>" for reply in replies)
+
+
+def test_a_window_trains_its_turns_after_the_replies_before_them(longest) -> None:
+    """Context before packing: the window whose first trained reply is reply k (k > 0) holds
+    reply k-1 whenever the two fit together (packed instead, windows once trained the edit and
+    the submit straight after the task, and the student learned to answer an issue with
+    "submit")."""
+    record, _, encoder, length = longest
+    messages = record["messages"]
+    replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    head = messages[: replies[0]]
+    checked = 0
+    for limit in range(length // 3, length, max(1, length // 12)):
+        windows, _ = split_windows(messages, None, encoder, limit)
+        for tokens, labels in windows:
+            first = next(i for i, label in enumerate(labels) if label != IGNORE)
+            trained = encoder.tokenizer.decode(tokens[first:])
+            k = next(k for k, i in enumerate(replies) if trained.startswith(messages[i]["content"]))
+            pair = [*head, *messages[replies[k - 1] : replies[k] + 1]] if k else None
+            if pair and len(encoder.encode(pair).tokens) <= limit:
+                context = encoder.tokenizer.decode(tokens[:first])
+                assert messages[replies[k - 1]]["content"] in context, (limit, k)
+                checked += 1
+    assert checked, "no window started after a reply that fits beside it: nothing checked"
 
 
 def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):

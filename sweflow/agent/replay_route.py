@@ -91,14 +91,18 @@ class Knowledge:
     text: str = ""
 
     def __post_init__(self) -> None:
+        # leads in order of preference (a route's first move is the first of equal cost): the
+        # failing tests' subjects, what the issue names, what its reproduction calls, ...
         self.text = self.issue
+        named = identifiers("\n".join(inline_code(self.issue)))
+        for word in named:
+            if name := subject(word):
+                self.leads.setdefault(name, f"The failing test `{word}` is about `{name}`")
+        for word in named:
+            self.leads.setdefault(word, f"The issue names `{word}`")
         for block in code_blocks(self.issue):
             for word in called(block):
                 self.leads.setdefault(word, f"The reproduction calls `{word}`")
-        for word in identifiers("\n".join(inline_code(self.issue))):
-            self.leads.setdefault(word, f"The issue names `{word}`")
-            if name := subject(word):
-                self.leads.setdefault(name, f"The failing test `{word}` is about `{name}`")
         for message in error_messages(self.issue):
             for word in quoted_names(message):
                 self.leads.setdefault(word, f"The error names `{word}`")

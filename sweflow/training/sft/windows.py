@@ -4,9 +4,12 @@ An agent trajectory is long (file views and test output), and its first turns ar
 teach where to look (run the reproduction, read the traceback, open the file) while its last
 turns edit, check and submit. Cutting its end drops the fix; cutting its start drops the
 localisation. So a long conversation is split into windows: each keeps the conversation's start
-(the system and task messages), trains a run of consecutive assistant turns, and fills what room
-is left with the turns just before them as untrained context. Every assistant turn that fits at
-all is trained exactly once, with as much of what preceded it as fits.
+(the system and task messages), then as much of what preceded its first trained turn as fits
+(all of it when it can) as untrained context, then trains as many consecutive assistant turns
+as still fit. Every assistant turn that fits at all is trained exactly once, with as much of
+what preceded it as fits. Context comes before packing: a window that trained the edit or the
+submit straight after the task, its history dropped to make room, would teach a student to
+answer an issue with "submit".
 
 ``last_turns`` is the other choice (``overlength: truncate``): one sequence, the start and the
 latest turns that fit.
@@ -41,16 +44,15 @@ def split_windows(
 
     windows, dropped, a = [], 0, 0
     while a < len(turns):
-        best = encoded(a, a)
+        # context first: the earliest turn c from which turn a fits (0: its whole history)
+        fits = ((c, found) for c in range(a + 1) if (found := encoded(c, a)) is not None)
+        c, best = next(fits, (None, None))
         if best is None:  # this turn alone does not fit
             dropped, a = dropped + 1, a + 1
             continue
         b = a
-        while b + 1 < len(turns) and (wider := encoded(a, b + 1)) is not None:
+        while b + 1 < len(turns) and (wider := encoded(c, b + 1)) is not None:
             best, b = wider, b + 1
-        c = a
-        while c > 0 and (longer := encoded(c - 1, b)) is not None:
-            best, c = longer, c - 1
         windows.append(_labelled(best, trained_from=a - c))
         a = b + 1
     return windows, dropped
