@@ -3,16 +3,15 @@ the way a student could, from the issue alone.
 
 A small model resolves none of the tasks, so collecting golden trajectories from it yields no
 SFT data. The replay plays the part of the model in the real agent loop, in a real sandbox. It
-knows the fix, but it moves only along clues (sweflow.agent.replay_route): it searches for the
-names and messages the issue and its observations show (the failing tests' subjects first),
-runs the issue's reproduction when no name leads further and follows its traceback, reads on
-from what it viewed, until a view shows each place the gold patch changes; then it edits
-(``str_replace`` of the changed lines per hunk, widened by the hunk's context until unique in
-the file, then by the viewed lines), runs the reproduction to check the fix and the tests, and
-submits. Short, uniform steps are what a small student can learn. Every observation is the
-sandbox's real answer and the run is graded like any other. A task whose changes no clue leads
-to is declined with the reason (exit status ``declined``), never given a step a student could
-not have taken.
+knows the fix, but it moves only along clues (sweflow.agent.replay_route): it runs the issue's
+reproduction, follows the traceback, searches for the names and messages the issue and its
+observations show (the failing tests' subjects first), reads on from what it viewed, until a
+view shows each place the gold patch changes; then it edits (``str_replace`` of the changed
+lines per hunk, widened by the hunk's context until unique in the file, then by the viewed
+lines), runs the reproduction again and the tests, and submits. Short, uniform steps are what a
+small student can learn. Every observation is the sandbox's real answer and the run is graded
+like any other. A task whose changes no clue leads to is declined with the reason (exit status
+``declined``), never given a step a student could not have taken.
 
 The test step runs those of the FAIL_TO_PASS tests' files that exist before the test patch and
 that the issue or an observation named, else the visible suite (SWE-smith style tasks hide the
@@ -134,25 +133,20 @@ def replay_plan(instance: Instance, check: Check, source: SourceMap, workdir: st
     known = Knowledge(instance.problem_statement, workdir)
     router = Router(source, workdir)
     script = reproduction(instance.problem_statement)
-    ran = False
+    if script is not None:
+        thought = "Let me run the reproduction from the issue to see the failure for myself."
+        known.learn(None, (yield thought, run_script(script)))
     for patched in files:
         for target in targets(patched):
             while known.shown(target) is None:
                 move = router.next_move(known, target)
-                if move is None and script is not None and not ran:
-                    # no name leads there: the traceback of the issue's reproduction may
-                    ran = True
-                    thought = "Let me run the reproduction from the issue to see the failure."
-                    known.learn(None, (yield thought, run_script(script)))
-                    continue
                 if move is None:
                     raise Declined(_unreachable(target, source))
                 known.learn(move, (yield move.thought, move.action))
     for patched in files:
         yield from _replay_file(patched, known, source, workdir)
     if script is not None:
-        again = "again" if ran else "from the issue"
-        yield f"Run the reproduction {again} to check the fix.", run_script(script)
+        yield "Run the reproduction again to check the fix.", run_script(script)
     yield "Run the tests to check that nothing else broke.", _bash(check.line(known.text, workdir))
     yield "The change is made and checked; submit it.", Action(SUBMIT)
 
