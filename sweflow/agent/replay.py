@@ -203,14 +203,13 @@ def _replay_file(patched: PatchedFile, known: Knowledge, source: SourceMap, work
         yield f"Create {patched.path}.", Action(EDITOR, args)
         return
     done: list[tuple[str, str]] = []  # (old, new) of this file's edits so far
-    text = "\n".join(source.lines.get(patched.path, []))
+    text = "\n".join(source.lines.get(patched.path, []))  # the file with the edits so far
     for hunk, target in zip(patched, targets(patched), strict=True):
         shown = known.shown(target)
         assert shown is not None  # every target was viewed before the edits
         window = shown
         for before, after in done:
             window = window.replace(before, after, 1)
-            text = text.replace(before, after, 1)
         holder = source.enclosing(patched.path, _first_change(hunk))
         where = f"`{holder.name}`" if holder else patched.path
         old, new = smallest_edit(hunk, text)
@@ -223,6 +222,7 @@ def _replay_file(patched: PatchedFile, known: Knowledge, source: SourceMap, work
             done.append((window, wide["new_str"]))
         else:
             done.append((old, new))
+        text = text.replace(*done[-1], 1)
 
 
 def smallest_edit(hunk: Hunk, text: str) -> tuple[str, str]:
