@@ -11,6 +11,17 @@ export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export DO_NOT_TRACK=1
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-90}
 
+# A full disk fails tests far from its cause (dockerd does not start, layers are cut short):
+# say so first. What a run writes at its peak, measured on the full suite, with room to spare.
+need_gib=${SWEFLOW_TEST_MIN_FREE_GIB:-8}
+tmp_dir=${TMPDIR:-/tmp}
+free_gib=$(df -P --block-size=1G "$tmp_dir" | awk 'NR == 2 {print $4}')
+if ((free_gib < need_gib)); then
+  echo "[test] error: $tmp_dir has ${free_gib} GiB free; the tests need about ${need_gib} GiB" \
+    "(set SWEFLOW_TEST_MIN_FREE_GIB to change the limit)" >&2
+  exit 1
+fi
+
 args=("$@")
 user_marker=0
 for a in "$@"; do

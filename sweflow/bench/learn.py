@@ -63,7 +63,7 @@ class Plan:
 
 
 FULL = Plan(None, None, 1, None, 24, 4, 4, 12, 16)
-QUICK = Plan(24, 6, 2, None, 4, 4, 1, 2, 4, max_steps=8)
+QUICK = Plan(24, 6, 2, 40, 3, 4, 1, 2, 4, max_steps=8)
 
 
 def heldout_repos(dataset: Path) -> list[str]:
