@@ -73,6 +73,8 @@ def _scratch(root: Path, instance_ids: list[str]) -> None:
     (root / "runs" / "sft" / "model").mkdir(parents=True)
     (root / "runs" / "sft" / "model" / "config.json").write_text("{}")
     (root / "site").mkdir()
+    for folder in ("layers", "manifests"):  # an empty store, for the commands that read one
+        (root / "store" / folder).mkdir(parents=True)
 
 
 def _argv(example: str, root: Path, instance_ids: list[str]) -> list[str]:

@@ -164,6 +164,33 @@ def test_an_instance_built_from_another_spec_is_built_again(builder, built, inst
     assert [r.status for r in tests_only.build([row])] == ["cached"]
 
 
+def test_environments_of_the_same_packages_share_their_files(builder, built, instances, tmp_path):
+    """Two environment layers that install the same pytest (one spec has a step more) hold its
+    sources and .pyc files once: pip compiled hash-checked .pyc files (the same bytes in every
+    build), and a sandbox imports them as they are, writing no new one."""
+    row = instances[0].model_copy(update={"instance_id": "same-packages-other-env"})
+    spec = builder.specs.get(REPO, row.version)
+    spec = spec.model_copy(update={"pre_install": [*spec.pre_install, "echo other > /opt/other"]})
+    other = EnvBuilder(SpecTable({REPO: {row.version: spec}}), builder.options)
+    assert [r.status for r in other.build([row])] == ["built"]
+    envs = [builder.store.read_manifest(iid).layers[1] for iid in
+            (instances[0].instance_id, row.instance_id)]  # fmt: skip
+    assert envs[0].digest != envs[1].digest
+    site = "venv/lib/python3.11/site-packages/_pytest"
+    roots = [builder.store.layers / env.digest for env in envs]
+    sources = [next(root.glob(f"**/{site}/main.py")) for root in roots]
+    pycs = [next(s.parent.glob("__pycache__/main.*.pyc")) for s in sources]
+    assert sources[0].stat().st_ino == sources[1].stat().st_ino
+    assert pycs[0].stat().st_ino == pycs[1].stat().st_ino
+    assert pycs[0].read_bytes()[4:8] == (3).to_bytes(4, "little")  # PEP 552: checked hash
+    upper = tmp_path / "upper"
+    upper.mkdir()
+    spec = instance_sandbox_spec(other.store, row.instance_id, upper="disk", upper_dir=upper)
+    with open_sandbox(spec) as sb:
+        assert sb.exec("python -c 'import _pytest.main, _pytest.python'").ok
+    assert not [p for p in upper.rglob("*.pyc") if "site-packages" in str(p)]
+
+
 def test_cli_build_validate_and_gc(mirror: Path, wheelhouse: Path, tmp_path: Path, instances):
     runner = CliRunner()
     store, out, report = tmp_path / "store", tmp_path / "valid.jsonl", tmp_path / "report"

@@ -4,7 +4,12 @@ For the same built instances: time from cache to "ready to run tests" (a sandbox
 shell answers in /testbed) for sweflow; for the SWE-MiniSandbox method (untar the venv and repo
 tarballs into a fresh directory per rollout, reimplemented here as the baseline); and for
 starting a docker container from an image holding the same layers. Bytes on disk per instance
-for each. And the time of a no-op re-build (every instance cached).
+for each (sweflow's: each file once, as the store's file pool keeps them). And the time of a
+no-op re-build (every instance cached).
+
+The file pool must not slow a sandbox down: the same layers, copied whole with no file shared,
+are opened in turn with the pooled ones (``prep_unpooled_p50_ms``, the ratio in
+``pool_ready_ratio``).
 
 With the e2b SDK installed, the e2b backend's ways of carrying an environment to a cloud, through
 sweflow's endpoint on this machine (a cloud adds its network round trip and its own template
@@ -21,14 +26,17 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sweflow.bench import REPO, BenchError
 from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
-from sweflow.envcache.cleanup import store_usage
+from sweflow.envcache.cleanup import pool_layers, store_usage
 from sweflow.envcache.dataset import dataset_builder
+from sweflow.envcache.diskusage import disk_usage
+from sweflow.envcache.storefiles import owned_name
 from sweflow.instances import Instance
 from sweflow.sandbox import open_sandbox
 
@@ -51,10 +59,19 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def _ready_time(builder: EnvBuilder, instance_id: str, backend: str = "local") -> float:
-    """Seconds from the layer cache to a shell in /testbed that answers (close not counted)."""
+def _ready_time(
+    builder: EnvBuilder,
+    instance_id: str,
+    backend: str = "local",
+    layers: list[Path] | None = None,
+) -> float:
+    """Seconds from the layer cache to a shell in /testbed that answers (close not counted);
+    ``layers``: these directories in place of the instance's own."""
     start = time.perf_counter()
-    sandbox = open_sandbox(instance_sandbox_spec(builder.store, instance_id), backend)
+    spec = instance_sandbox_spec(builder.store, instance_id)
+    if layers is not None:
+        spec = spec.model_copy(update={"layers": layers})
+    sandbox = open_sandbox(spec, backend)
     try:
         ready = sandbox.exec(READY).ok
         elapsed = time.perf_counter() - start
@@ -135,14 +152,28 @@ def _untar_time(tarballs: list[Path], scratch: Path) -> float:
     return elapsed
 
 
-def _real_layers(builder: EnvBuilder, ids: list[str]) -> list:
-    """The store's own layers (env, instance) under the real instances, each counted once."""
-    seen = {}
-    for iid in ids:
-        for layer in builder.store.read_manifest(iid).layers:  # type: ignore[union-attr]
-            if layer.kind != "base":
-                seen[layer.digest] = layer
-    return list(seen.values())
+@contextmanager
+def _unpooled_copies(builder: EnvBuilder, ids: list[str]) -> Iterator[dict[str, list[Path]]]:
+    """Each instance's layers as ``instance_sandbox_spec`` gives them, the store's own ones
+    (above the base) copied whole, so that no file is shared with another layer: the store as
+    it was before the file pool, on the same filesystem."""
+    store = builder.store
+    scratch = store.tmp / owned_name("unpooled")
+    copies: dict[Path, Path] = {}
+    scratch.mkdir()
+    try:
+        layers = {}
+        for iid in ids:
+            paths = instance_sandbox_spec(store, iid).layers
+            kinds = [layer.kind for layer in store.read_manifest(iid).layers]  # type: ignore[union-attr]
+            for path, kind in zip(paths, kinds, strict=True):
+                if kind != "base" and path not in copies:
+                    copies[path] = scratch / path.name
+                    subprocess.run(["cp", "-a", str(path), str(copies[path])], check=True)
+            layers[iid] = [copies.get(path, path) for path in paths]
+        yield layers
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _copies(instances: list[Instance], count: int) -> list[Instance]:
@@ -178,10 +209,20 @@ def run(
     builder.build(many)
     report["noop_rebuild_instances"] = len(many)
     report["noop_rebuild_s"] = round(_timed(lambda: builder.build(many)), 3)
-    progress("sweflow: open a sandbox on each instance until /testbed answers")
-    samples = [_ready_time(builder, iid) for _ in range(reps) for iid in ids]
+    progress("linking the layers' files to the store's file pool (for a store built before it)")
+    pool_layers(builder.store)
+    progress("sweflow: open a sandbox on each instance until /testbed answers, in turn on the")
+    progress("         pooled layers and on whole copies of them that share no file")
+    samples, unpooled = [], []
+    with _unpooled_copies(builder, ids) as copies:
+        for _ in range(reps):
+            for iid in ids:
+                samples.append(_ready_time(builder, iid))
+                unpooled.append(_ready_time(builder, iid, layers=copies[iid]))
     report["prep_p50_ms"] = _p50_ms(samples)
     report["prep_range_ms"] = [_ms(min(samples)), _ms(max(samples))]
+    report["prep_unpooled_p50_ms"] = _p50_ms(unpooled)
+    report["pool_ready_ratio"] = round(statistics.median(samples) / statistics.median(unpooled), 3)
     with tempfile.TemporaryDirectory(prefix="sweflow-untar-") as tmp:
         scratch = Path(tmp)
         tarballs = {iid: _tarballs(builder, iid, scratch) for iid in ids}
@@ -196,8 +237,10 @@ def run(
             sum(t.stat().st_size for ts in tarballs.values() for t in ts) / len(ids) / 1e6, 3
         )
     usage = store_usage(builder.store)
-    own = sum(usage.layers[layer.digest].size_bytes for layer in _real_layers(builder, ids))
-    report["store_mb_per_instance"] = round(own / len(ids) / 1e6, 3)
+    above_base = disk_usage(builder.store, ids, kinds={"python", "env", "instance", "image"})
+    report["store_mb_per_instance"] = round(above_base.disk_bytes / len(ids) / 1e6, 3)
+    report["store_mb_per_instance_as_trees"] = round(above_base.apparent_bytes / len(ids) / 1e6, 3)
+    report["files_deduplicated_pct"] = round(above_base.files_deduplicated_pct or 0.0, 1)
     report["shared_base_mb"] = round(usage.external_bytes / 1e6, 3)
     report["speedup_vs_untar"] = round(report["untar_baseline_p50_ms"] / report["prep_p50_ms"], 1)
     report["store_vs_tarball_pct"] = round(

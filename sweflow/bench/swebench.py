@@ -11,10 +11,15 @@ singled out (failing with the gold patch, passing without it, or changing verdic
 - ``tried`` / ``built`` / ``validated``: rows, rows with layers, rows that validated;
 - ``build_s_p50``: median build seconds of the rows built (a row built by an earlier run keeps
   the seconds recorded then: results live in ``<store>/bench-swebench/`` and a re-run resumes);
-- ``store_mb_per_instance``: the distinct layers of the built rows (a layer shared by many rows,
-  the Debian base included, counted once) over the rows built, beside the anchors: an official
-  SWE-bench docker image (1.21 GB) and SWE-MiniSandbox (178 MB per instance);
-  ``above_base_mb_per_instance`` leaves the Debian bases out (environments and instances only).
+- ``store_mb_per_instance``: the bytes on disk of the built rows' layers, each file once (a
+  layer shared by many rows, the Debian base, and a file the pool shares between layers are
+  counted once) over the rows built, beside the anchors: an official SWE-bench docker image
+  (1.21 GB) and SWE-MiniSandbox (178 MB per instance); ``above_base_mb_per_instance`` leaves the
+  Debian bases out (environments and instances only); ``store_mb_per_instance_as_trees`` counts
+  each distinct layer whole (what a store without the file pool holds), and
+  ``files_deduplicated_pct`` is the share of the layers' files stored once for several;
+- ``build_minutes_total`` / ``validate_minutes_total``: the rows' build and validation time,
+  summed over rows (the wall time is less with ``-j`` above 1).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 
 from sweflow.bench import REPO, BenchError, bench_root
 from sweflow.envcache.dataset import dataset_builder
+from sweflow.envcache.diskusage import disk_usage
 from sweflow.envcache.repos import RepoError, RepoSource
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import validate_one
@@ -142,6 +148,7 @@ def run(
     def build_then_validate(instance: Instance) -> None:
         start = time.monotonic()
         built = builder.build_one(instance)
+        built_at = time.monotonic()
         prepared = builder.prepare_validation(instance, built)
         validation = validate_one(prepared, logs, runs=1, timeout=timeout)
         results.put(instance.instance_id, {
@@ -155,6 +162,7 @@ def run(
                 logs / instance.instance_id / "gold-1.log", validation.tests.get("failing", [])
             ) if validation.outcome == "gold_fails" else "",
             "tests": validation.tests,
+            "validate_s": round(time.monotonic() - built_at, 1),
             "wall_s": round(time.monotonic() - start, 1),
         })  # fmt: skip
         progress(f"{instance.instance_id}: {built.status}, {validation.outcome}")
@@ -169,6 +177,7 @@ def _report(rows: list[Instance], results: _Results, store: LayerStore) -> dict:
     reasons: dict[str, str] = {}
     per_repo: dict[str, Counter] = defaultdict(Counter)
     build_s: list[float] = []
+    validate_s: list[float] = []
     built_ids: list[str] = []
     for row in rows:
         repo = per_repo[row.repo]
@@ -182,6 +191,8 @@ def _report(rows: list[Instance], results: _Results, store: LayerStore) -> dict:
             built_ids.append(row.instance_id)
             if record["build_s"] is not None:
                 build_s.append(record["build_s"])
+        # records written before validate_s: the rest of the row's wall time
+        validate_s.append(record.get("validate_s", record["wall_s"] - (record["build_s"] or 0)))
         if record["outcome"] == "valid":
             repo["validated"] += 1
         elif record["build"] == "error":
@@ -196,17 +207,23 @@ def _report(rows: list[Instance], results: _Results, store: LayerStore) -> dict:
     tried = len(rows)
     built = sum(c["built"] for c in per_repo.values())
     validated = sum(c["validated"] for c in per_repo.values())
-    mb = _store_mb(store, built_ids)
-    above = _store_mb(store, built_ids, bases=False)
+    usage = disk_usage(store, built_ids)
+    above = disk_usage(store, built_ids, kinds={"python", "env", "instance", "image"})
     return {
         "tried": tried,
         "built": built,
         "validated": validated,
         "validated_ratio": round(validated / tried, 3) if tried else None,
         "build_s_p50": round(statistics.median(build_s), 1) if build_s else None,
-        "store_mb_per_instance": round(mb / built, 1) if built else None,
-        "store_mb_total": round(mb, 1),
-        "above_base_mb_per_instance": round(above / built, 1) if built else None,
+        "build_minutes_total": round(sum(build_s) / 60, 1),
+        "validate_minutes_total": round(sum(validate_s) / 60, 1),
+        "store_mb_per_instance": _rounded(usage.mb_per_instance),
+        "store_mb_total": round(usage.disk_bytes / 1e6, 1),
+        "above_base_mb_per_instance": _rounded(above.mb_per_instance),
+        "store_mb_per_instance_as_trees": round(usage.apparent_bytes / 1e6 / built, 1)
+        if built
+        else None,
+        "files_deduplicated_pct": _rounded(usage.files_deduplicated_pct),
         "docker_image_mb": DOCKER_IMAGE_MB,
         "minisandbox_mb": MINISANDBOX_MB,
         "repos": {
@@ -226,13 +243,5 @@ def _names(tests: dict[str, list[str]], shown: int = 3) -> str:
     return ": " + ", ".join(names[:shown]) + more
 
 
-def _store_mb(store: LayerStore, instance_ids: list[str], *, bases: bool = True) -> float:
-    """MB of the distinct layers under these instances (each shared layer once), the Debian
-    bases included or not."""
-    sizes: dict[str, int] = {}
-    for iid in instance_ids:
-        manifest = store.read_manifest(iid)
-        for layer in manifest.layers if manifest else ():
-            if bases or layer.kind != "base":
-                sizes[layer.digest] = layer.size_bytes
-    return sum(sizes.values()) / 1e6
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

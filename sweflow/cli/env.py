@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -353,3 +355,117 @@ def env_gc(
     for digest, users in report.in_use.items():
         console.print(f"kept layer {digest}: in use by {', '.join(users)}", highlight=False)
     console.print(report.summary(), highlight=False)
+
+
+def _a_store(value: Path) -> Path:
+    """A store option for commands that only read or rework a store: it must already be one."""
+    if not (value / "layers").is_dir() or not (value / "manifests").is_dir():
+        raise typer.BadParameter(f"{value} is not a layer store (no layers/ and manifests/ in it)")
+    return value
+
+
+ExistingStoreOption = typer.Option(
+    ..., "--store", "-s", help="The layer store directory.", callback=_a_store
+)
+
+
+@contextmanager
+def _layer_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar over a store's layers, and the ``progress(done, total)`` that moves it."""
+    with _progress() as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 1e6:,.1f}"
+
+
+@env_app.command("du")
+def env_du(
+    store: Path = ExistingStoreOption,
+    top: int = typer.Option(
+        10, "--top", help="Show this many instances that cost the most.", min=0
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
+) -> None:
+    """Where the store's bytes are: each file counted once (the pool shares files between
+    layers), by layer kind, with what each instance alone costs.
+
+    Examples:
+      sweflow env du --store store/
+      sweflow env du --store store/ --top 0 --json
+    """
+    from sweflow.envcache.diskusage import disk_usage
+    from sweflow.envcache.store import LayerStore
+
+    work_starts(f"count the bytes of {store}")
+    if json_out:  # the figures alone on stdout
+        usage = disk_usage(LayerStore(store))
+    else:
+        with _layer_bar("walking layers") as progress:
+            usage = disk_usage(LayerStore(store), progress=progress)
+    costly = sorted(usage.instance_own_bytes.items(), key=lambda item: -item[1])[:top]
+    if json_out:
+        report = usage.model_dump(exclude={"instance_own_bytes"})
+        report |= {
+            "mb_per_instance": usage.mb_per_instance,
+            "files_deduplicated_pct": usage.files_deduplicated_pct,
+            "costliest_instances": dict(costly),
+        }
+        console.print_json(data=report)
+        return
+    table = Table(title=f"env du {store}")
+    for column in ("layers", "count", "files", "as whole trees MB", "only theirs MB"):
+        table.add_column(column, justify="left" if column == "layers" else "right")
+    for kind, row in usage.by_kind.items():
+        table.add_row(kind, str(row.layers), f"{row.files:,}", _mb(row.apparent_bytes),
+                      _mb(row.own_bytes))  # fmt: skip
+    table.add_row("shared by several", "", "", "", _mb(usage.shared_bytes))
+    table.add_row("[bold]on disk[/]", str(usage.layers), f"{usage.distinct_files:,}",
+                  _mb(usage.apparent_bytes), f"[bold]{_mb(usage.disk_bytes)}[/]")  # fmt: skip
+    console.print(table)
+    per = usage.mb_per_instance
+    dedup = usage.files_deduplicated_pct
+    console.print(
+        f"{usage.instances} instances, {per or 0:.1f} MB each on disk; "
+        f"{dedup or 0:.1f}% of files stored once for several layers; "
+        f"{usage.pool_files:,} files in the pool",
+        highlight=False,
+    )
+    if costly:
+        table = Table(title="what each instance alone costs (its own layers, less what it shares)")
+        table.add_column("instance")
+        table.add_column("MB", justify="right")
+        for instance_id, nbytes in costly:
+            table.add_row(instance_id, _mb(nbytes))
+        console.print(table)
+
+
+@env_app.command("dedupe")
+def env_dedupe(store: Path = ExistingStoreOption) -> None:
+    """Store each distinct file of the layers once: link the files of layers built before the
+    file pool to it (new layers are pooled as they are committed). Safe to run again.
+
+    Builds and gc wait while it runs; open sandboxes keep reading the same bytes.
+
+    Example:
+      sweflow env dedupe --store store/
+    """
+    from sweflow.envcache.cleanup import pool_layers
+    from sweflow.envcache.store import LayerStore
+
+    work_starts(f"link the files of every layer of {store} to its file pool")
+    with _layer_bar("pooling layers") as progress:
+        report = pool_layers(LayerStore(store), progress=progress)
+    for digest in report.changed:
+        console.print(
+            f"[yellow]left alone:[/] layer {digest}: its files no longer have its digest "
+            "(something wrote into it); rebuild the instances that use it",
+            highlight=False,
+        )
+    console.print(
+        f"pooled {report.layers} layers: {report.shared:,} of {report.files:,} files are now "
+        f"stored once for several layers, {report.shared_bytes / 1e6:,.1f} MB given back",
+        highlight=False,
+    )

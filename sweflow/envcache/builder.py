@@ -65,6 +65,16 @@ ENV_RECIPE = 4  # part of every environment layer's key: bump it when _env_layer
 # repositories' editable installs need, and setuptools 81+ drops pkg_resources. On an older
 # Python, pip picks the newest release below the cap that supports it.
 HARNESS_TOOLS = ("pip<24.1", "setuptools<70", "wheel<0.44")
+# What every build step runs with. SOURCE_DATE_EPOCH makes pip (on Python 3.7 on) compile
+# hash-checked .pyc files (PEP 552): their bytes depend on the source's content only, not on when
+# it was installed, so the same package in two environments is the same files, stored once by
+# the store's file pool, and a rebuild gives the same layer. Imports validate them by hashing
+# the source instead of comparing its mtime: a changed source is recompiled as before.
+BUILD_ENV = {
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "PIP_NO_CACHE_DIR": "1",
+    "SOURCE_DATE_EPOCH": "315532800",  # 1980-01-01, the earliest time a zip (wheel) can hold
+}
 WHEELHOUSE = "/wheelhouse"
 SUITE_PYTHONS = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
 HOST_PYTHON_BASE = "debian:bookworm"  # pyenv interpreters here are built against bookworm's libs
@@ -549,7 +559,7 @@ class EnvBuilder:
         spec = SandboxSpec(
             layers=[layer.path for layer in layers],
             workdir="/",
-            env={**env, **extra_env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"},
+            env={**env, **extra_env, **BUILD_ENV},
             network=o.network and o.wheelhouse is None,
             upper="disk",
             upper_dir=upper,

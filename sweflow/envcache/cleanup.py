@@ -10,19 +10,23 @@ built for a grading, and those instances' manifests, in whichever process they l
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
 from sweflow.envcache import leases, packing
+from sweflow.envcache.filepool import Pooled, pool_tree, prune
 from sweflow.envcache.records import load_manifest
-from sweflow.envcache.store import LayerStore, StoreError
+from sweflow.envcache.store import LayerStore
 from sweflow.envcache.storefiles import (
     LEASE_GRACE_S,
     abandoned,
     apparent_size,
     flocked,
     remove_entry,
+    unshared_size,
 )
+from sweflow.envcache.treedigest import tree_digest
 
 
 class LayerUsage(BaseModel):
@@ -46,6 +50,7 @@ class GcReport(BaseModel):
     packed: list[str] = Field(default_factory=list)
     unmounted: list[str] = Field(default_factory=list)
     tmp: list[str] = Field(default_factory=list)
+    pool_files: int = 0  # pool entries no layer linked any more
     freed_bytes: int = 0
     # kept for live leases: layers no manifest needs (digest -> the instances using it), and
     # manifests that are not in keep_instances
@@ -57,15 +62,16 @@ class GcReport(BaseModel):
     def summary(self) -> str:
         """One sentence for people: what was removed and the space it gave back."""
         parts = [
-            f"{len(items)} {what}"
-            for what, items in (
-                ("manifests", self.manifests),
-                ("layers", self.layers),
-                ("packed images", self.packed),
-                ("stale mounts", self.unmounted),
-                ("leftover temporary folders", self.tmp),
+            f"{count} {what}"
+            for what, count in (
+                ("manifests", len(self.manifests)),
+                ("layers", len(self.layers)),
+                ("packed images", len(self.packed)),
+                ("stale mounts", len(self.unmounted)),
+                ("leftover temporary folders", len(self.tmp)),
+                ("pooled files no layer uses", self.pool_files),
             )
-            if items
+            if count
         ]
         said = f"removed {', '.join(parts)}; freed {self.freed_bytes / 2**20:.1f} MiB"
         if not parts:
@@ -149,6 +155,8 @@ def gc(
                 report.in_use[digest] = sorted(set(users[digest]))
             else:
                 _remove_layer(store, digest, report)
+        report.pool_files, freed = prune(store.pool)
+        report.freed_bytes += freed
         report.leases = found.withdraw_broken(store)
         for point in store.mnt.iterdir():
             if not os.path.ismount(point):
@@ -178,10 +186,37 @@ def _remove_layer(store: LayerStore, digest: str, report: GcReport) -> None:
         image.unlink()
         report.packed.append(digest)
     if path.is_dir() and not path.is_symlink():
-        try:
-            report.freed_bytes += store.layer_info(digest).size_bytes
-        except StoreError:  # its sidecar is gone: count the files instead
-            report.freed_bytes += apparent_size(path)
+        report.freed_bytes += unshared_size(path)  # its pooled files: when the pool lets go
     if os.path.lexists(path):
         remove_entry(path)
     path.with_name(f"{digest}.json").unlink(missing_ok=True)
+
+
+class PoolReport(Pooled):
+    layers: int = 0  # layers whose files were linked to the pool
+    changed: list[str] = Field(default_factory=list)  # layers whose tree no longer has their digest
+
+
+def pool_layers(
+    store: LayerStore, progress: Callable[[int, int], None] | None = None
+) -> PoolReport:
+    """Link the files of every stored layer directory to the pool: for a store built before the
+    pool, or a layer committed when a link failed. Idempotent (a pooled file has other links).
+
+    Holds the store's lock exclusively, as gc does: no commit or gc runs meanwhile. A live
+    sandbox keeps reading the same bytes (a file is replaced by a link to identical content,
+    same mode and owner, by an atomic rename). A layer whose tree no longer has its digest is
+    left alone and named in ``changed``: something wrote into it, and its bytes are suspect."""
+    report = PoolReport()
+    with flocked(store.root / "store.lock"):
+        layers = sorted(p for p in store.layers.iterdir() if p.is_dir() and not p.is_symlink())
+        for done, layer in enumerate(layers, 1):
+            tree = tree_digest(layer)
+            if tree.digest != layer.name:
+                report.changed.append(layer.name)
+            else:
+                report.add(pool_tree(layer, store.pool, tree.poolable))
+                report.layers += 1
+            if progress is not None:
+                progress(done, len(layers))
+    return report

@@ -10,6 +10,8 @@ Layout under the store root::
                             imported base layer that lives elsewhere (see ``import_dir``)
     layers/<digest>.json    its sidecar: size, file count, kind, source (never recomputed)
     manifests/<id>.json     an instance's layer stack, lowest first, plus free-form metadata
+    pool/<kk>/<key>         every distinct file of the layers once; layer files are hard links
+                            to these (``filepool``)
     packed/<digest>.sqfs    optional squashfs (or ``.erofs``) image of a layer
     mnt/<digest>/           where a packed layer is mounted on the host, shared by all sandboxes
     leases/                 which layer stacks are in use, so that gc keeps them (``leases``)
@@ -17,7 +19,8 @@ Layout under the store root::
 
 A builder runs a sandbox with ``upper="disk", upper_dir=store.new_upper()`` on the layers below,
 closes it and ``commit``s the upper: the upper is digested and renamed to ``layers/<digest>``,
-or deleted when that digest is already stored, so identical layers are stored once.
+or deleted when that digest is already stored, so identical layers are stored once; and the
+files of a new layer are linked to the pool, so a file many layers hold is stored once too.
 
 Concurrency: ``commit``, ``import_dir``, ``pack`` and ``write_manifest`` take a shared flock on
 ``store.lock`` and ``gc`` (``cleanup``) an exclusive one, so builders run side by side and a gc
@@ -42,6 +45,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sweflow.envcache import packing
+from sweflow.envcache.filepool import pool_tree
 from sweflow.envcache.packing import ImageFormat
 from sweflow.envcache.records import Layer, LayerInfo, LayerKind, Manifest, load_manifest
 from sweflow.envcache.storefiles import flocked, owned_name, remove_entry, write_atomic
@@ -68,7 +72,9 @@ class LayerStore:
         self.mnt = self.root / "mnt"
         self.tmp = self.root / "tmp"
         self.leases = self.root / "leases"
-        dirs = (self.layers, self.manifests, self.packed, self.mnt, self.tmp, self.leases)
+        self.pool = self.root / "pool"
+        dirs = (self.layers, self.manifests, self.packed, self.mnt, self.tmp, self.leases,
+                self.pool)  # fmt: skip
         for directory in dirs:
             directory.mkdir(parents=True, exist_ok=True)
 
@@ -112,6 +118,7 @@ class LayerStore:
             if self.has_layer(tree.digest):
                 shutil.rmtree(upper)
             else:
+                pool_tree(upper, self.pool, tree.poolable)
                 self._write_info(tree, kind, None)  # before the layer appears: never without it
                 try:
                     os.rename(upper, self.layers / tree.digest)

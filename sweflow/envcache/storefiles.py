@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Iterator
@@ -58,6 +59,17 @@ def remove_entry(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
+
+
+def unshared_size(path: Path) -> int:
+    """Bytes under a directory that deleting it gives back: files no other path links."""
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            st = os.lstat(os.path.join(folder, name))
+            if st.st_nlink == 1 or stat.S_ISLNK(st.st_mode):
+                total += st.st_size
+    return total
 
 
 def apparent_size(path: Path) -> int:

@@ -13,7 +13,7 @@ import os
 import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _HASH_BATCH = 64  # files per task of the hashing pool
@@ -44,6 +44,9 @@ class TreeDigest:
     size_bytes: int  # apparent size of regular files (hard links once) and symlinks
     entries: int
     seconds: float
+    # the sha256 (hex) of each file the store's file pool may take: a regular file with
+    # content, no other link and no xattrs, by its path relative to the root (``b"/a/b"``)
+    poolable: dict[bytes, bytes] = field(default_factory=dict)
 
 
 def tree_digest(root: Path, *, strip_build_xattrs: bool = False, workers: int = 0) -> TreeDigest:
@@ -59,6 +62,7 @@ def tree_digest(root: Path, *, strip_build_xattrs: bool = False, workers: int = 
     base = os.fsencode(root)
     records: list[list[bytes]] = []
     to_hash: list[tuple[int, bytes]] = []  # (record index, path) of files whose content counts
+    poolable: list[tuple[int, bytes]] = []  # (record index, relative path)
     first_link: dict[tuple[int, int], bytes] = {}
     size = 0
     stack = [b""]
@@ -85,7 +89,10 @@ def tree_digest(root: Path, *, strip_build_xattrs: bool = False, workers: int = 
         elif kind in (stat.S_IFCHR, stat.S_IFBLK):
             payload = b"%d,%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
         head = [rel, _TYPES[kind], b"%o" % stat.S_IMODE(st.st_mode), b"%d" % st.st_uid]
-        records.append([*head, b"%d" % st.st_gid, payload, *_xattrs(path, strip_build_xattrs)])
+        xattrs = _xattrs(path, strip_build_xattrs)
+        if kind == stat.S_IFREG and st.st_nlink == 1 and st.st_size and not xattrs:
+            poolable.append((len(records), rel))
+        records.append([*head, b"%d" % st.st_gid, payload, *xattrs])
     paths = [path for _, path in to_hash]
     batches = [paths[i : i + _HASH_BATCH] for i in range(0, len(paths), _HASH_BATCH)]
     with ThreadPoolExecutor(workers or min(8, os.cpu_count() or 1)) as pool:
@@ -95,7 +102,8 @@ def tree_digest(root: Path, *, strip_build_xattrs: bool = False, workers: int = 
     total = hashlib.sha256(b"sweflow-layer-v1\n")
     for fields in records:
         total.update(b"".join(len(f).to_bytes(8, "big") + f for f in fields) + b"\n")
-    return TreeDigest(total.hexdigest(), size, len(records), time.monotonic() - start)
+    files = {rel: records[index][5] for index, rel in poolable}
+    return TreeDigest(total.hexdigest(), size, len(records), time.monotonic() - start, files)
 
 
 def _hash_files(paths: list[bytes]) -> list[bytes]:

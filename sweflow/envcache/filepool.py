@@ -1,0 +1,136 @@
+"""The store's file pool: every distinct file once, hard-linked into the layers that hold it.
+
+Instances of one repository differ in a few files per commit, and the environments of its
+versions share most packages; as whole trees each layer would store them all again. At commit,
+each file of a new layer becomes a hard link to its pool entry (or the entry itself, when it is
+the first of its kind), so a layer costs only the files no other layer has. Layers stay plain
+directories: overlayfs mounts them as before, and a sandbox that writes a file copies it up
+into its own upper, never into the pool.
+
+Layout: ``pool/<kk>/<key>``. The key is the file's sha256, permission bits and owner (links
+share one inode, so they share those), and, for a Python source with a timestamp-checked
+``.pyc`` beside it, its mtime (that ``.pyc`` is valid for that mtime only; any other file's
+mtime is not kept). An entry that no layer links any more (link count 1) is garbage: ``prune``
+removes it, under gc's exclusive lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from pydantic import BaseModel
+
+_PYC_HASH_BASED_FROM = 3390  # the first magic number (3.7) whose header has the flags word
+
+
+class Pooled(BaseModel):
+    """What pooling a tree did: files it saw, files now sharing an entry another layer made,
+    and the bytes those shared files no longer take."""
+
+    files: int = 0
+    shared: int = 0
+    shared_bytes: int = 0
+
+    def add(self, other: Pooled) -> None:
+        self.files += other.files
+        self.shared += other.shared
+        self.shared_bytes += other.shared_bytes
+
+
+def pool_tree(root: Path, pool: Path, files: dict[bytes, bytes]) -> Pooled:
+    """Link each of ``files`` (path relative to ``root``, as ``b"/a/b"`` -> its sha256 hex)
+    to its pool entry. ``root`` and ``pool`` must be on one filesystem."""
+    base = os.fsencode(root)
+    done = Pooled()
+    stamps = _TimestampedSources()
+    for rel, sha in files.items():
+        path = base + rel
+        st = os.lstat(path)
+        key = b"%s-%o-%d-%d" % (sha, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+        if stamps.needs_mtime(path):
+            key += b"-t%d" % int(st.st_mtime)
+        entry = os.fsencode(pool) + b"/" + key[:2] + b"/" + key
+        done.files += 1
+        if _link_into(path, entry):
+            done.shared += 1
+            done.shared_bytes += st.st_size
+    return done
+
+
+def prune(pool: Path) -> tuple[int, int]:
+    """Remove the entries no layer links any more; (entries, bytes) removed. Only under the
+    store's exclusive lock: a commit could be about to link one."""
+    removed = freed = 0
+    for folder in pool.iterdir():
+        for entry in folder.iterdir():
+            st = entry.lstat()
+            if st.st_nlink == 1:
+                entry.unlink()
+                removed += 1
+                freed += st.st_size
+    return removed, freed
+
+
+def _link_into(path: bytes, entry: bytes) -> bool:
+    """Make ``path`` share ``entry``'s inode; True when the entry was there already. The first
+    file of its kind becomes the entry; a file whose entry is at the link limit stays a copy."""
+    try:
+        os.link(path, entry)
+        return False
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(entry), exist_ok=True)
+        return _link_into(path, entry)
+    except FileExistsError:
+        pass
+    staged = path + b".sweflow-pool"
+    try:
+        os.link(entry, staged)
+    except OSError as exc:
+        if exc.errno == errno.EMLINK:
+            return False
+        raise
+    os.replace(staged, path)
+    return True
+
+
+class _TimestampedSources:
+    """Which ``.py`` files have a ``.pyc`` that checks the source's mtime (``__pycache__`` per
+    PEP 3147, or a legacy ``x.pyc`` beside ``x.py``); folders are listed once each."""
+
+    def __init__(self) -> None:
+        self._caches: dict[bytes, list[bytes]] = {}
+
+    def needs_mtime(self, path: bytes) -> bool:
+        if not path.endswith(b".py"):
+            return False
+        folder, name = os.path.split(path)
+        stem = name[:-3]
+        legacy = folder + b"/" + stem + b".pyc"
+        cache = folder + b"/__pycache__"
+        candidates = [cache + b"/" + n for n in self._listing(cache) if n.startswith(stem + b".")]
+        return any(_checks_mtime(pyc) for pyc in [legacy, *candidates] if pyc.endswith(b".pyc"))
+
+    def _listing(self, folder: bytes) -> list[bytes]:
+        if folder not in self._caches:
+            try:
+                self._caches[folder] = os.listdir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                self._caches[folder] = []
+        return self._caches[folder]
+
+
+def _checks_mtime(pyc: bytes) -> bool:
+    """Whether this ``.pyc`` (if it exists) is validated by its source's mtime: every header
+    before Python 3.7, and those of 3.7 on whose flags say timestamp (PEP 552)."""
+    try:
+        with open(pyc, "rb") as f:
+            header = f.read(8)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if len(header) < 8:
+        return False
+    magic = int.from_bytes(header[:2], "little")
+    return magic < _PYC_HASH_BASED_FROM or not int.from_bytes(header[4:8], "little") & 1

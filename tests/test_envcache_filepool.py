@@ -1,0 +1,193 @@
+"""The store's file pool: files many layers hold are stored once, and nothing that reads, writes
+or collects layers can tell, but for the bytes. Real layers, real sandboxes, real pycs."""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import hand_upper
+from typer.testing import CliRunner
+
+from sweflow.cli import app
+from sweflow.envcache.cleanup import gc, pool_layers
+from sweflow.envcache.diskusage import disk_usage
+from sweflow.envcache.store import LayerStore
+from sweflow.sandbox import SandboxSpec, open_sandbox
+
+pytestmark = pytest.mark.timeout(300)
+
+SHARED = b"def shared():\n    return 42\n" * 100  # 2,900 bytes
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LayerStore:
+    return LayerStore(tmp_path / "store")
+
+
+def ino(path: Path) -> int:
+    return path.stat().st_ino
+
+
+def test_a_file_many_layers_hold_is_stored_once(store):
+    one = hand_upper(store, {"testbed/lib.py": SHARED, "testbed/a.py": b"a = 1\n"})
+    two = hand_upper(store, {"testbed/lib.py": SHARED, "testbed/a.py": b"a = 2\n",
+                             "testbed/run.py": SHARED, "testbed/empty": b""})  # fmt: skip
+    os.chmod(two / "testbed/run.py", 0o755)  # same bytes, other mode: another inode
+    first, second = store.commit(one, "instance"), store.commit(two, "instance")
+    a, b = store.layers / first.digest / "testbed", store.layers / second.digest / "testbed"
+
+    assert ino(a / "lib.py") == ino(b / "lib.py")
+    assert (a / "lib.py").stat().st_nlink == 3  # two layers and the pool entry
+    assert ino(a / "a.py") != ino(b / "a.py")
+    assert ino(b / "run.py") != ino(b / "lib.py") and (b / "run.py").stat().st_mode & 0o111
+    assert (b / "empty").stat().st_nlink == 1  # nothing to gain from an empty file
+    assert (a / "a.py").read_bytes() == b"a = 1\n" and (b / "a.py").read_bytes() == b"a = 2\n"
+
+    store.write_manifest("i1", [first])
+    store.write_manifest("i2", [second])
+    usage = disk_usage(store)
+    assert usage.files == 6 and usage.distinct_files == 5
+    assert usage.shared_bytes == len(SHARED)
+    assert usage.apparent_bytes == 3 * len(SHARED) + 12
+    assert usage.disk_bytes == usage.apparent_bytes - len(SHARED)
+    assert usage.instance_own_bytes == {"i1": 6, "i2": 6 + len(SHARED)}
+    assert usage.files_deduplicated_pct == pytest.approx(100 / 6)
+
+
+def test_a_sandbox_that_writes_a_pooled_file_changes_only_its_own_copy(store, bookworm_rootfs):
+    base = store.import_dir(bookworm_rootfs)
+    first = store.commit(hand_upper(store, {"testbed/lib.py": SHARED}), "instance")
+    second = store.commit(hand_upper(store, {"testbed/lib.py": SHARED, "x": b"x"}), "instance")
+    spec = SandboxSpec(layers=[store.layer_path(layer.digest) for layer in (base, first)])
+    with open_sandbox(spec) as sandbox:
+        result = sandbox.exec("echo changed >> /testbed/lib.py && tail -n1 /testbed/lib.py")
+    assert result.ok and result.output.strip() == "changed", result.output
+    for layer in (first, second):
+        assert (store.layers / layer.digest / "testbed/lib.py").read_bytes() == SHARED
+    entries = [entry for folder in store.pool.iterdir() for entry in folder.iterdir()]
+    assert [entry.read_bytes() for entry in entries if entry.stat().st_size == len(SHARED)] == [
+        SHARED
+    ]
+
+
+def _layer_with_module(store: LayerStore, mtime: int, mode: py_compile.PycInvalidationMode):
+    upper = hand_upper(store, {"site/pkg/__init__.py": b"", "site/pkg/mod.py": SHARED})
+    source = upper / "site/pkg/mod.py"
+    os.utime(source, (mtime, mtime))
+    # compiled where the sandbox sees it, as pip compiles in the environment's own path
+    py_compile.compile(str(source), dfile="/site/pkg/mod.py", doraise=True, invalidation_mode=mode)
+    return store.commit(upper, "env")
+
+
+def test_a_source_whose_pyc_checks_its_mtime_keeps_its_mtime(store):
+    """Pip compiles timestamp pycs: a source linked to another layer's copy, with that copy's
+    mtime, would make its pyc stale (recompiled in every sandbox, written to its upper)."""
+    timestamp = py_compile.PycInvalidationMode.TIMESTAMP
+    old, new = (_layer_with_module(store, t, timestamp) for t in (1_600_000_000, 1_700_000_000))
+    sources = [store.layers / layer.digest / "site/pkg/mod.py" for layer in (old, new)]
+    assert ino(sources[0]) != ino(sources[1])
+    assert [int(s.stat().st_mtime) for s in sources] == [1_600_000_000, 1_700_000_000]
+    for layer in (old, new):  # Python itself finds each pyc fresh: it does not write a new one
+        site = store.layers / layer.digest / "site"
+        pycs = sorted((site / "pkg/__pycache__").iterdir())
+        before = [p.read_bytes() for p in pycs]
+        probe = [sys.executable, "-c", "import pkg.mod, sys; sys.exit(pkg.mod.__cached__ is None)"]
+        done = subprocess.run(probe, cwd=site, env={**os.environ, "PYTHONPATH": str(site)},
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert [p.read_bytes() for p in sorted((site / "pkg/__pycache__").iterdir())] == before
+
+    checked = py_compile.PycInvalidationMode.CHECKED_HASH
+    first, second = (_layer_with_module(store, t, checked) for t in (1_600_000_000, 1_700_000_000))
+    a, b = (store.layers / layer.digest / "site/pkg" for layer in (first, second))
+    assert ino(a / "mod.py") == ino(b / "mod.py")  # a hash-checked pyc does not read the mtime
+    assert ino(next((a / "__pycache__").iterdir())) == ino(next((b / "__pycache__").iterdir()))
+
+
+def test_gc_gives_back_a_pooled_file_when_its_last_layer_goes(store):
+    keep = store.commit(hand_upper(store, {"lib.py": SHARED, "k": b"k" * 10}), "instance")
+    drop = store.commit(hand_upper(store, {"lib.py": SHARED, "d": b"d" * 20}), "instance")
+    store.write_manifest("keep", [keep])
+    store.write_manifest("drop", [drop])
+
+    report = gc(store, keep_instances={"keep"}, grace_s=0)
+    assert report.layers == [drop.digest] and report.pool_files == 1  # its own file's entry
+    assert report.freed_bytes == 20  # the shared file is still the other layer's
+    assert (store.layers / keep.digest / "lib.py").read_bytes() == SHARED
+
+    report = gc(store, keep_instances=set(), grace_s=0)
+    assert report.layers == [keep.digest] and report.pool_files == 2
+    assert report.freed_bytes == 10 + len(SHARED)
+    assert "2 pooled files no layer uses" in report.summary()
+    assert [entry for folder in store.pool.iterdir() for entry in folder.iterdir()] == []
+
+
+def test_concurrent_commits_share_one_copy(store):
+    uppers = [hand_upper(store, {"lib.py": SHARED, "own": b"%d" % i}) for i in range(6)]
+    barrier = threading.Barrier(len(uppers))
+    layers = []
+
+    def commit(upper: Path) -> None:
+        barrier.wait()
+        layers.append(store.commit(upper, "instance"))
+
+    threads = [threading.Thread(target=commit, args=(upper,)) for upper in uppers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len({layer.digest for layer in layers}) == 6
+    assert len({ino(store.layers / layer.digest / "lib.py") for layer in layers}) == 1
+
+
+def _unpool(store: LayerStore) -> None:
+    """The store as a version of sweflow before the pool left it: every file its own copy."""
+    for layer in store.layers.iterdir():
+        for path in (p for p in layer.rglob("*") if p.is_file() and p.stat().st_nlink > 1):
+            copy = path.with_name(path.name + ".copy")
+            shutil.copy2(path, copy)
+            os.replace(copy, path)
+    shutil.rmtree(store.pool)
+    store.pool.mkdir()
+
+
+def test_dedupe_pools_a_store_built_before_the_pool(store, tmp_path):
+    layers = [store.commit(hand_upper(store, {"lib.py": SHARED, "own": b"%d" % i}), "instance")
+              for i in range(3)]  # fmt: skip
+    for i, layer in enumerate(layers):
+        store.write_manifest(f"i{i}", [layer])
+    _unpool(store)
+    assert disk_usage(store).shared_bytes == 0
+    tampered = store.layers / layers[2].digest / "own"
+    tampered.write_bytes(b"written into a finished layer")
+
+    report = pool_layers(store)
+    assert report.layers == 2 and report.changed == [layers[2].digest]
+    assert report.shared == 1 and report.shared_bytes == len(SHARED)
+    assert ino(store.layers / layers[0].digest / "lib.py") == ino(
+        store.layers / layers[1].digest / "lib.py"
+    )
+    again = pool_layers(store)
+    assert again.layers == 2 and again.files == 0  # every file already has its entry
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["env", "du", "--store", str(store.root)])
+    assert shown.exit_code == 0, shown.output
+    assert "3 instances" in shown.output and "on disk" in shown.output
+    as_json = runner.invoke(app, ["env", "du", "--store", str(store.root), "--json"])
+    figures = json.loads(as_json.output)
+    assert figures["instances"] == 3 and figures["shared_bytes"] == len(SHARED)
+    assert figures["disk_bytes"] == figures["apparent_bytes"] - len(SHARED)
+    said = runner.invoke(app, ["env", "dedupe", "--store", str(store.root)])
+    assert said.exit_code == 0 and "left alone" in said.output and layers[2].digest in said.output
+    refused = runner.invoke(app, ["env", "du", "--store", str(tmp_path / "nothing")],
+                            env={"COLUMNS": "400"})  # fmt: skip
+    assert refused.exit_code != 0 and "is not a layer store" in refused.output
