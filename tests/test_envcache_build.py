@@ -164,6 +164,22 @@ def test_an_instance_built_from_another_spec_is_built_again(builder, built, inst
     assert [r.status for r in tests_only.build([row])] == ["cached"]
 
 
+def test_instances_store_the_files_their_commits_share_once(builder, built, instances) -> None:
+    """Each instance layer is its commit's checkout; a file two commits share is one file in the
+    store, and each checkout's index still matches it by stat (git re-hashes nothing)."""
+    first, second = (builder.store.read_manifest(i.instance_id).layers[2] for i in instances[:2])
+    a, b = (builder.store.layers / layer.digest / "testbed" for layer in (first, second))
+    rels = [p.relative_to(a) for p in a.rglob("*")
+            if p.is_file() and p.stat().st_size and ".git" not in p.parts]  # fmt: skip
+    same = [r for r in rels if (b / r).is_file() and (b / r).read_bytes() == (a / r).read_bytes()]
+    assert len(same) > 3
+    assert all((a / rel).stat().st_ino == (b / rel).stat().st_ino for rel in same)
+    for instance in instances[:2]:
+        with open_sandbox(instance_sandbox_spec(builder.store, instance.instance_id)) as sb:
+            stale = sb.exec("git diff-files --name-only")
+        assert stale.ok and stale.output == "", stale.output
+
+
 def test_environments_of_the_same_packages_share_their_files(builder, built, instances, tmp_path):
     """Two environment layers that install the same pytest (one spec has a step more) hold its
     sources and .pyc files once: pip compiled hash-checked .pyc files (the same bytes in every

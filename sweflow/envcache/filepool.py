@@ -8,10 +8,12 @@ directories: overlayfs mounts them as before, and a sandbox that writes a file c
 into its own upper, never into the pool.
 
 Layout: ``pool/<kk>/<key>``. The key is the file's sha256, permission bits and owner (links
-share one inode, so they share those), and, for a Python source with a timestamp-checked
-``.pyc`` beside it, its mtime (that ``.pyc`` is valid for that mtime only; any other file's
-mtime is not kept). An entry that no layer links any more (link count 1) is garbage: ``prune``
-removes it, under gc's exclusive lock.
+share one inode, so they share those), and its mtime where something checks it: in a git work
+tree (the index matches files by mtime and size; a checkout's files all have one mtime, so the
+instances of a repository still share them) and for a Python source with a timestamp-checked
+``.pyc`` beside it (valid for that mtime only). Any other file takes the mtime of the first of
+its kind. An entry that no layer links any more (link count 1) is garbage: ``prune`` removes
+it, under gc's exclusive lock.
 """
 
 from __future__ import annotations
@@ -46,11 +48,12 @@ def pool_tree(root: Path, pool: Path, files: dict[bytes, bytes]) -> Pooled:
     base = os.fsencode(root)
     done = Pooled()
     stamps = _TimestampedSources()
+    work_trees = tuple({rel.partition(b"/.git/")[0] + b"/" for rel in files if b"/.git/" in rel})
     for rel, sha in files.items():
         path = base + rel
         st = os.lstat(path)
         key = b"%s-%o-%d-%d" % (sha, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
-        if stamps.needs_mtime(path):
+        if rel.startswith(work_trees) or stamps.needs_mtime(path):
             key += b"-t%d" % int(st.st_mtime)
         entry = os.fsencode(pool) + b"/" + key[:2] + b"/" + key
         done.files += 1

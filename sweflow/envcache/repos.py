@@ -60,6 +60,9 @@ _LOCATION_VARS = frozenset(
 # give every file a new inode, device and ctime: comparing only mtime and size keeps the index
 # valid there, so the first `git status` in a sandbox does not re-hash the whole tree.
 _EXPORT_CONFIG = "[core]\n\tcheckStat = minimal\n\ttrustctime = false\n"
+# The mtime of every exported file (2000-01-01 UTC): the same for every commit, so that what two
+# commits share is byte- and stat-identical; long after 1980, the earliest a zip can hold.
+EXPORT_MTIME = 946684800
 
 
 class RepoError(SweflowError):
@@ -184,25 +187,27 @@ def export_commit(git_dir: Path, commit: str, dest: Path, *, repo: str | None = 
 
     ``dest`` must be absent or empty. The result has HEAD = ``commit``, a clean status, a
     shallow history of that one commit and no link to ``git_dir``. Files are written with umask
-    022 and every mtime set to the commit's committer time, so exporting the same commit twice
-    gives identical trees (contents, modes and mtimes); only the ``.git`` internals (index stat
-    data, pack file names) may differ. Submodules are left as empty directories, as a clone
-    without ``--recurse-submodules`` leaves them. ``repo`` names the repository in errors.
+    022 and every mtime set to ``EXPORT_MTIME``, so exporting the same commit twice gives
+    identical trees (contents, modes and mtimes), and a file two commits share is the same file
+    in both (the store's file pool keeps it once, and the index of each still matches it by
+    stat); only the ``.git`` internals (index stat data, pack file names) may differ.
+    Submodules are left as empty directories, as a clone without ``--recurse-submodules``
+    leaves them. ``repo`` names the repository in errors.
     """
     label = repo or str(git_dir)
     shown = None
     if _COMMIT_RE.fullmatch(commit):  # hex only, so never read as an option
-        shown = _git_run(["show", "-s", "--format=%H %ct", f"{commit}^{{commit}}"], git_dir=git_dir)
+        shown = _git_run(["show", "-s", "--format=%H", f"{commit}^{{commit}}"], git_dir=git_dir)
     if shown is None or shown.returncode != 0:
         raise RepoError(f"{label}: commit {commit} is not in {git_dir} (or is not a commit)")
-    full, when = shown.stdout.split()
+    full = shown.stdout.strip()
     dest = Path(dest)
     created = not dest.exists()
     if not created and any(dest.iterdir()):
         raise RepoError(f"{label}: cannot export {commit} into {dest}: it is not empty")
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        _export(git_dir, full, int(when), dest)
+        _export(git_dir, full, dest)
     except BaseException:  # leave dest as it was found
         if created:
             shutil.rmtree(dest, ignore_errors=True)
@@ -215,7 +220,7 @@ def export_commit(git_dir: Path, commit: str, dest: Path, *, repo: str | None = 
         raise
 
 
-def _export(git_dir: Path, commit: str, when: int, dest: Path) -> None:
+def _export(git_dir: Path, commit: str, dest: Path) -> None:
     _git(["init", "-q", "--template=", f"--initial-branch={BRANCH}", str(dest)])
     new_git = dest / ".git"
     with open(new_git / "config", "a") as config:  # a second [core] section is valid config
@@ -228,7 +233,7 @@ def _export(git_dir: Path, commit: str, when: int, dest: Path) -> None:
         git_dir=new_git,
     )
     _git(["read-tree", "-u", "--reset", "HEAD"], cwd=dest)
-    _set_mtimes(dest, when)
+    _set_mtimes(dest, EXPORT_MTIME)
     # The mtimes just changed: record the new stat data, so that the index is clean and, being
     # newer than every file, no entry is "racily clean" (re-hashed by every status).
     _git(["update-index", "-q", "--refresh"], cwd=dest)
