@@ -42,6 +42,7 @@ from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_ver
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.storefiles import flocked
+from sweflow.envcache.submodules import export_submodules
 from sweflow.envcache.validate import Prepared
 from sweflow.errors import SweflowError
 from sweflow.harness import internet
@@ -488,7 +489,10 @@ class EnvBuilder:
     def _instance_layer(self, instance: Instance, spec: EnvSpec, layers, env, log: Path):
         git_dir = self._repo(instance)
         with self.store.fresh_upper() as upper:
-            export_commit(git_dir, instance.base_commit, upper / WORKDIR.lstrip("/"))
+            testbed = upper / WORKDIR.lstrip("/")
+            export_commit(git_dir, instance.base_commit, testbed)
+            export_submodules(self._repo_source(), instance.repo, git_dir,
+                              instance.base_commit, testbed)  # fmt: skip
             if spec.install or spec.setup_repo:
                 version = scm_version(git_dir, instance.base_commit)
                 scm = {"SETUPTOOLS_SCM_PRETEND_VERSION": version} if version else {}
