@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sweflow.cli import app
-from sweflow.envcache.builder import BuildOptions, EnvBuilder, instance_sandbox_spec
+from sweflow.envcache.builder import RECIPE, BuildOptions, EnvBuilder, instance_sandbox_spec
 from sweflow.envcache.cleanup import gc
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import Prepared, judge, validate
@@ -205,6 +205,22 @@ def test_environments_of_the_same_packages_share_their_files(builder, built, ins
     with open_sandbox(spec) as sb:
         assert sb.exec("python -c 'import _pytest.main, _pytest.python'").ok
     assert not [p for p in upper.rglob("*.pyc") if "site-packages" in str(p)]
+
+
+def test_an_instance_built_by_an_older_recipe_is_built_again(builder, built, instances) -> None:
+    """What the builder makes of a spec changed (RECIPE bumped: here, the checkout's mtimes
+    and the hash-checked .pyc files): an instance stored by the old recipe is built again."""
+    row = instances[0].model_copy(update={"instance_id": "older-recipe"})
+    assert [r.status for r in builder.build([row])] == ["built"]
+    manifest = builder.store.read_manifest(row.instance_id)
+    assert manifest.meta["recipe"] == RECIPE
+    meta = {**manifest.meta, "recipe": "env4.instance1"}
+    builder.store.write_manifest(row.instance_id, manifest.layers, meta)
+    [result] = builder.build([row])
+    assert result.status == "built", result.error
+    first = Path(result.log_path).read_text().splitlines()[0]
+    assert f"recipe env4.instance1 -> {RECIPE}" in first
+    assert [r.status for r in builder.build([row])] == ["cached"]
 
 
 def test_cli_build_validate_and_gc(mirror: Path, wheelhouse: Path, tmp_path: Path, instances):

@@ -60,7 +60,11 @@ VENV_ACTIVATE = f". {VENV}/bin/activate"
 # The SWE-bench harness images' environment (conda at /opt/miniconda3, env "testbed").
 CONDA_ENV = "opt/miniconda3/envs/testbed"
 CONDA_ACTIVATE = "source /opt/miniconda3/bin/activate\nconda activate testbed"
-ENV_RECIPE = 4  # part of every environment layer's key: bump it when _env_layer's script changes
+ENV_RECIPE = 5  # part of every environment layer's key: bump it when _env_layer's script changes
+# Recorded in every manifest: bump it when what the builder makes of a spec changes (the env
+# recipe above, or the instance layer: the checkout's mtimes, its submodules), so that stored
+# instances are built again (``freshness``).
+RECIPE = f"env{ENV_RECIPE}.instance2"
 # What `conda create python=X` gave the harness's environment images (2024: pip 24.0, setuptools
 # 69.5, wheel 0.43), capped there: pip 25.3 dropped the `setup.py develop` fallback that older
 # repositories' editable installs need, and setuptools 81+ drops pkg_resources. On an older
@@ -300,7 +304,7 @@ class EnvBuilder:
             spec = None if image_row else self.specs.get(instance.repo, instance.version or "")
         except SpecError as exc:  # the build says so too, as its error
             return str(exc)
-        return stale(manifest, build_record(instance, spec))
+        return stale(manifest, build_record(instance, spec, RECIPE))
 
     def _build_layers(self, instance: Instance, log: Path) -> Manifest:
         iid = instance.instance_id
@@ -316,7 +320,7 @@ class EnvBuilder:
                 "workdir": WORKDIR,
                 "env": env,
                 "python": runtime.python,
-                **build_record(instance, spec),
+                **build_record(instance, spec, RECIPE),
             },
         )
 

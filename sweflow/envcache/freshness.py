@@ -16,9 +16,12 @@ from sweflow.instances import Instance
 DIGESTS = ("spec_digest", "build_digest")  # shortened in messages
 
 
-def build_record(instance: Instance, spec: EnvSpec | None) -> dict[str, str | None]:
+def build_record(
+    instance: Instance, spec: EnvSpec | None, recipe: str | None = None
+) -> dict[str, str | None]:
     """What a manifest records of its build's inputs: the row's repository, version and commit,
-    and the spec's digests (``spec``: None for a row that runs on its own image)."""
+    the spec's digests (``spec``: None for a row that runs on its own image) and the version of
+    the builder's recipe (what it does with a spec: bumped when that changes its layers)."""
     record: dict[str, str | None] = {
         "repo": instance.repo,
         "version": instance.version,
@@ -29,6 +32,7 @@ def build_record(instance: Instance, spec: EnvSpec | None) -> dict[str, str | No
     else:
         record["spec_digest"] = spec.env_digest()
         record["build_digest"] = spec.build_digest()
+        record["recipe"] = recipe
     return record
 
 
