@@ -21,6 +21,7 @@ from sweflow.envcache.cleanup import gc, pool_layers
 from sweflow.envcache.diskusage import disk_usage
 from sweflow.envcache.store import LayerStore
 from sweflow.sandbox import SandboxSpec, open_sandbox
+from sweflow.sandbox.layertar import layer_fingerprint
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -191,3 +192,16 @@ def test_dedupe_pools_a_store_built_before_the_pool(store, tmp_path):
     refused = runner.invoke(app, ["env", "du", "--store", str(tmp_path / "nothing")],
                             env={"COLUMNS": "400"})  # fmt: skip
     assert refused.exit_code != 0 and "is not a layer store" in refused.output
+
+
+def test_a_layer_keeps_its_tar_fingerprint_when_another_layer_shares_its_files(store):
+    """docker and e2b cache a layer's tar by its fingerprint: a later layer linking the same
+    file (which changes that file's ctime) must not make every earlier layer's tar stale."""
+    first = store.commit(hand_upper(store, {"lib.py": SHARED, "a": b"a"}), "instance")
+    path = store.layers / first.digest
+    before = layer_fingerprint(path)
+    store.commit(hand_upper(store, {"lib.py": SHARED, "b": b"b"}), "instance")
+    assert (path / "lib.py").stat().st_nlink == 3
+    assert layer_fingerprint(path) == before
+    (path / "a").write_bytes(b"rewritten")  # what the fingerprint is for
+    assert layer_fingerprint(path) != before

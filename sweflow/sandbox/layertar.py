@@ -7,8 +7,10 @@ shows is what the local backend's overlayfs shows. Extended attributes are not c
 
 The fingerprint of a layer is the content of its ``.sweflow-rootfs.json`` marker when it has one
 (base layers are immutable and the marker carries their creation time), else the largest mtime
-and the number of entries found by walking it: an ``lstat`` per file, which notices added,
-removed and rewritten files, but not a rewrite that restores an older mtime.
+(and directory ctime) and the number of entries found by walking it: an ``lstat`` per file,
+which notices added, removed and rewritten files, but not a rewrite that restores an older
+mtime. A file's own ctime is not read: a layer store that keeps each distinct file once links
+other layers' copies to it, which changes its ctime and nothing in this layer.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ def layer_fingerprint(layer: Path) -> str:
                 for entry in entries:
                     count += 1
                     info = entry.stat(follow_symlinks=False)
-                    newest = max(newest, info.st_mtime_ns, info.st_ctime_ns)
+                    newest = max(newest, info.st_mtime_ns)
                     if entry.is_dir(follow_symlinks=False):
+                        newest = max(newest, info.st_ctime_ns)
                         stack.append(entry.path)
         except OSError as exc:
             raise SandboxConfigError(f"cannot read layer {layer}: {exc}") from exc
