@@ -20,6 +20,7 @@ from sweflow.cli import app
 from sweflow.envcache.cleanup import gc, pool_layers
 from sweflow.envcache.diskusage import disk_usage
 from sweflow.envcache.store import LayerStore
+from sweflow.envcache.treedigest import tree_digest
 from sweflow.sandbox import SandboxSpec, open_sandbox
 from sweflow.sandbox.layertar import layer_fingerprint
 
@@ -205,3 +206,16 @@ def test_a_layer_keeps_its_tar_fingerprint_when_another_layer_shares_its_files(s
     assert layer_fingerprint(path) == before
     (path / "a").write_bytes(b"rewritten")  # what the fingerprint is for
     assert layer_fingerprint(path) != before
+
+
+def test_a_pooled_layer_keeps_its_digest(store):
+    """A layer's digest records its hard links, and a layer sent to another node must arrive
+    with the digest it left with: two identical files in one layer stay two inodes."""
+    first = store.commit(hand_upper(store, {"a.py": SHARED, "b.py": SHARED}), "instance")
+    second = store.commit(hand_upper(store, {"c.py": SHARED, "d.py": SHARED}), "instance")
+    for layer in (first, second):
+        root = store.layers / layer.digest
+        assert tree_digest(root).digest == layer.digest
+    a, b = (store.layers / first.digest / name for name in ("a.py", "b.py"))
+    c = store.layers / second.digest / "c.py"
+    assert a.stat().st_ino == c.stat().st_ino != b.stat().st_ino

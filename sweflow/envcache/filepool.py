@@ -44,17 +44,26 @@ class Pooled(BaseModel):
 
 def pool_tree(root: Path, pool: Path, files: dict[bytes, bytes]) -> Pooled:
     """Link each of ``files`` (path relative to ``root``, as ``b"/a/b"`` -> its sha256 hex)
-    to its pool entry. ``root`` and ``pool`` must be on one filesystem."""
+    to its pool entry. ``root`` and ``pool`` must be on one filesystem.
+
+    A layer's tree keeps no two paths on one inode: a layer's digest records its hard links
+    (``treedigest``), and a layer sent to another node as a tar must arrive with the digest it
+    left with. So of several identical files in one layer, the first is pooled and the others
+    stay copies."""
     base = os.fsencode(root)
     done = Pooled()
     stamps = _TimestampedSources()
     work_trees = tuple({rel.partition(b"/.git/")[0] + b"/" for rel in files if b"/.git/" in rel})
+    keys: set[bytes] = set()
     for rel, sha in files.items():
         path = base + rel
         st = os.lstat(path)
         key = b"%s-%o-%d-%d" % (sha, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
         if rel.startswith(work_trees) or stamps.needs_mtime(path):
             key += b"-t%d" % int(st.st_mtime)
+        if key in keys:
+            continue  # two links in one layer would change its digest (``treedigest``)
+        keys.add(key)
         entry = os.fsencode(pool) + b"/" + key[:2] + b"/" + key
         done.files += 1
         if _link_into(path, entry):
