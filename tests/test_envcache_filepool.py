@@ -219,3 +219,7 @@ def test_a_pooled_layer_keeps_its_digest(store):
     a, b = (store.layers / first.digest / name for name in ("a.py", "b.py"))
     c = store.layers / second.digest / "c.py"
     assert a.stat().st_ino == c.stat().st_ino != b.stat().st_ino
+    again = pool_layers(store)  # b.py and d.py stay copies: pooled, they would join a.py, c.py
+    assert again.changed == [] and again.shared == 0
+    for layer in (first, second):
+        assert tree_digest(store.layers / layer.digest).digest == layer.digest

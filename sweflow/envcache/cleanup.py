@@ -215,7 +215,7 @@ def pool_layers(
             if tree.digest != layer.name:
                 report.changed.append(layer.name)
             else:
-                report.add(pool_tree(layer, store.pool, tree.poolable))
+                report.add(pool_tree(layer, store.pool, tree.poolable, tree.linked))
                 report.layers += 1
             if progress is not None:
                 progress(done, len(layers))

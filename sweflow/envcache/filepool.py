@@ -42,14 +42,20 @@ class Pooled(BaseModel):
         self.shared_bytes += other.shared_bytes
 
 
-def pool_tree(root: Path, pool: Path, files: dict[bytes, bytes]) -> Pooled:
+def pool_tree(
+    root: Path,
+    pool: Path,
+    files: dict[bytes, bytes],
+    linked: frozenset[tuple[int, int]] = frozenset(),
+) -> Pooled:
     """Link each of ``files`` (path relative to ``root``, as ``b"/a/b"`` -> its sha256 hex)
     to its pool entry. ``root`` and ``pool`` must be on one filesystem.
 
     A layer's tree keeps no two paths on one inode: a layer's digest records its hard links
     (``treedigest``), and a layer sent to another node as a tar must arrive with the digest it
     left with. So of several identical files in one layer, the first is pooled and the others
-    stay copies."""
+    stay copies; ``linked`` are the inodes the tree already holds more than one link to (its
+    files pooled before), which a file of it must not join either."""
     base = os.fsencode(root)
     done = Pooled()
     stamps = _TimestampedSources()
@@ -66,10 +72,20 @@ def pool_tree(root: Path, pool: Path, files: dict[bytes, bytes]) -> Pooled:
         keys.add(key)
         entry = os.fsencode(pool) + b"/" + key[:2] + b"/" + key
         done.files += 1
+        if _inode(entry) in linked:
+            continue
         if _link_into(path, entry):
             done.shared += 1
             done.shared_bytes += st.st_size
     return done
+
+
+def _inode(path: bytes) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def prune(pool: Path) -> tuple[int, int]:

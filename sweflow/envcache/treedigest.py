@@ -47,6 +47,9 @@ class TreeDigest:
     # the sha256 (hex) of each file the store's file pool may take: a regular file with
     # content, no other link and no xattrs, by its path relative to the root (``b"/a/b"``)
     poolable: dict[bytes, bytes] = field(default_factory=dict)
+    # the inodes (device, number) of the files with more than one link: a file of this tree
+    # that joins one of them would be a new hard link inside the tree, and change its digest
+    linked: frozenset[tuple[int, int]] = frozenset()
 
 
 def tree_digest(root: Path, *, strip_build_xattrs: bool = False, workers: int = 0) -> TreeDigest:
@@ -103,7 +106,8 @@ def tree_digest(root: Path, *, strip_build_xattrs: bool = False, workers: int = 
     for fields in records:
         total.update(b"".join(len(f).to_bytes(8, "big") + f for f in fields) + b"\n")
     files = {rel: records[index][5] for index, rel in poolable}
-    return TreeDigest(total.hexdigest(), size, len(records), time.monotonic() - start, files)
+    elapsed = time.monotonic() - start
+    return TreeDigest(total.hexdigest(), size, len(records), elapsed, files, frozenset(first_link))
 
 
 def _hash_files(paths: list[bytes]) -> list[bytes]:
