@@ -358,3 +358,45 @@ def test_layer_tar_converts_whiteouts(repo_layer: Path) -> None:
     for name in names:  # every directory comes before what it holds
         parent = name.rpartition("/")[0]
         assert not parent or names.index(parent) < names.index(name)
+
+
+def test_a_daemon_whose_owner_was_killed_is_stopped_by_the_next_start(tmp_path: Path) -> None:
+    """dockerd runs in a session of its own, so a test run or benchmark killed without its
+    cleanup leaves it running on its data root, where it keeps containerd's database locked:
+    the next start on that root stops it (by its recorded PID) instead of failing."""
+    import shutil
+    import sys
+
+    from sweflow.sandbox.docker.daemon import daemon_answers, docker_daemon
+    from sweflow.sandbox.procs import running
+
+    if os.geteuid() != 0 or shutil.which("dockerd") is None:
+        pytest.skip("starting dockerd needs root and dockerd")
+    root = tmp_path / "data"
+    owner_code = (
+        "import sys, time\nfrom pathlib import Path\n"
+        "from sweflow.sandbox.docker.daemon import docker_daemon\n"
+        f"with docker_daemon(Path({str(root)!r})) as host:\n"
+        "    print(host, flush=True)\n    time.sleep(600)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    owner = subprocess.Popen([sys.executable, "-c", owner_code], stdout=subprocess.PIPE,
+                             text=True, env=env)  # fmt: skip
+    try:
+        first = owner.stdout.readline().strip()  # type: ignore[union-attr]
+        pid_text, started_text, run_dir = (tmp_path / "data.daemon").read_text().split()
+        pid, started = int(pid_text), int(started_text)
+    finally:
+        owner.kill()
+        owner.wait()
+    assert running(pid, started) and daemon_answers(first)  # it outlived its owner
+
+    saved = os.environ.pop("DOCKER_HOST", None)
+    try:
+        with docker_daemon(root) as host:
+            assert host != first and daemon_answers(host)
+            assert not running(pid, started) and not Path(run_dir).exists()
+    finally:
+        if saved is not None:
+            os.environ["DOCKER_HOST"] = saved
+    assert not (tmp_path / "data.daemon").exists()
