@@ -72,7 +72,7 @@ def pool_tree(
         keys.add(key)
         entry = os.fsencode(pool) + b"/" + key[:2] + b"/" + key
         done.files += 1
-        if _inode(entry) in linked:
+        if linked and _inode(entry) in linked:  # at commit none: no stat per file
             continue
         if _link_into(path, entry):
             done.shared += 1
