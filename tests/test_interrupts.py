@@ -78,6 +78,34 @@ def test_ctrl_c_during_eval_stops_at_once_and_leaves_nothing(grading_data, tmp_p
     _interrupt(_sleepy_eval(grading_data, tmp_path, rows=3), tmp_path, moment)
 
 
+DISGUISED_INTERRUPT = """
+from pydantic_core import SchemaValidator, core_schema
+
+from sweflow.cli import entry, main
+
+
+class Interrupted:  # Ctrl-C lands while pydantic-core builds a schema with this value in it
+    def __repr__(self):
+        raise KeyboardInterrupt
+
+
+def app():
+    SchemaValidator(core_schema.literal_schema([Interrupted()]))
+
+
+main.app = app
+entry.main()
+"""
+
+
+def test_ctrl_c_that_pydantic_core_re_raised_as_a_schema_error_exits_130_without_traceback():
+    """A CI run's Ctrl-C landed in a lazy import's model definition: pydantic-core turned it into
+    a SchemaError (no cause, ``KeyboardInterrupt:`` at its message's end), printed as a bug."""
+    done = subprocess.run([sys.executable, "-c", DISGUISED_INTERRUPT], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert (done.returncode, done.stdout + done.stderr) == (130, "")
+
+
 def test_sigterm_during_eval_winds_down_as_ctrl_c_does(grading_data, tmp_path):
     """A process manager's stop (Prefect cancelling, Slurm, kill) closes every sandbox too."""
     argv = _sleepy_eval(grading_data, tmp_path, rows=2)

@@ -33,6 +33,25 @@ def main() -> None:
         if done.code == 130:
             _interrupted(130)
         raise done
+    except Exception as error:
+        if _is_disguised_interrupt(error):
+            _interrupted(128 + signal.SIGTERM if _terminated else 130)
+        raise
+
+
+def _is_disguised_interrupt(error: BaseException | None) -> bool:
+    """Whether ``error`` is a Ctrl-C that compiled code caught and re-raised as its own error:
+    pydantic-core, interrupted while it builds a model's schema (any lazy import defines models),
+    raises a SchemaError whose message ends in the wrapped ``KeyboardInterrupt:``, with no cause."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        if str(error).rstrip().endswith("KeyboardInterrupt:"):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _interrupted(status: int) -> None:
