@@ -42,7 +42,9 @@ class SFTConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda if present")
     dtype: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: fp32 CPU, bf16 GPU")
     gpus: int = Field(1, ge=1, description="more than 1: torchtune's distributed recipe")
-    activation_checkpointing: bool = Field(True, description="less memory, same speed on CPU")
+    activation_checkpointing: bool = Field(
+        True, description="less memory (135M model, 2,048 tokens: 3.8 vs 6.3 GB), 16% slower steps"
+    )
     compile: bool = False
     seed: int = 0
 
