@@ -7,7 +7,9 @@ show before it resolves anything.
 - ``right_file``: it looked at a file the gold patch changes (the editor's view, or a command
   that prints it: cat, sed, head, tail, nl, less, grep on that file);
 - ``right_hunk``: its patch changes a gold file inside the lines a gold hunk changes;
-- ``submitted`` and ``resolved``: how it ended, and the grader's verdict.
+- ``submitted`` and ``resolved``: how it ended, and the grader's verdict;
+- ``looped``: it gave the same action in :data:`LOOP` replies in a row (a small model's usual
+  way to spend its step budget: the repeated reply makes the next repeat likelier).
 
 A base model that never acts scores 0 everywhere; a model that learned to localise scores on
 ``right_file`` long before it resolves tasks, so these are the rates the learning benchmark and
@@ -30,6 +32,7 @@ from sweflow.instances import Instance
 RUNS_PYTHON = re.compile(r"(^|[\s;&|(])(python3?|pytest|py\.test)(\s|$)")
 FAILURE = re.compile(r"Traceback \(most recent call last\)|AssertionError|\bFAILED\b|Error:")
 VIEWERS = frozenset({"cat", "sed", "head", "tail", "nl", "less", "more", "grep", "awk"})
+LOOP = 3
 
 
 @dataclass
@@ -43,6 +46,7 @@ class RunScore:
     right_hunk: bool = False
     submitted: bool = False
     resolved: bool = False
+    looped: bool = False
 
 
 @dataclass
@@ -69,6 +73,7 @@ def score_run(trajectory: Trajectory, instance: Instance) -> RunScore:
         valid_replies=sum(not step.format_error for step in trajectory.steps),
         submitted=trajectory.exit_status == SUBMITTED,
         resolved=trajectory.resolved,
+        looped=_looped(trajectory),
     )
     for step in trajectory.steps:
         for action in step.actions:
@@ -92,9 +97,22 @@ def score_run(trajectory: Trajectory, instance: Instance) -> RunScore:
 
 def rates(scores: list[RunScore]) -> Rates:
     """Counts and shares of the runs' behaviours."""
-    names = ("valid_replies", "reproduced", "right_file", "right_hunk", "submitted", "resolved")
+    names = ("valid_replies", "reproduced", "right_file", "right_hunk", "submitted", "resolved",
+             "looped")  # fmt: skip
     counts = {name: sum(int(getattr(s, name)) for s in scores) for name in names}
     return Rates(runs=len(scores), replies=sum(s.replies for s in scores), counts=counts)
+
+
+def _looped(trajectory: Trajectory) -> bool:
+    """Whether :data:`LOOP` consecutive replies parsed into the same actions."""
+    run, previous = 0, None
+    for step in trajectory.steps:
+        actions = [(a.tool, sorted(a.args.items())) for a in step.actions] or None
+        run = run + 1 if actions is not None and actions == previous else 1
+        previous = actions
+        if actions is not None and run >= LOOP:
+            return True
+    return False
 
 
 def _hunks(patch: str) -> dict[str, list[tuple[int, int]]]:

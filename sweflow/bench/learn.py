@@ -224,7 +224,7 @@ def _plots(report: dict, out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     names = ["valid_action_rate", "reproduced_rate", "right_file_rate", "right_hunk_rate",
-             "submitted_rate", "resolved_rate"]  # fmt: skip
+             "submitted_rate", "resolved_rate", "looped_rate"]  # fmt: skip
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), width_ratios=[3, 1])
     width = 0.27
     for i, (model, rates) in enumerate(report["heldout"].items()):
