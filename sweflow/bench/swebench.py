@@ -8,6 +8,8 @@ FAIL_TO_PASS tests fail without it). Every row that does not validate has a name
 mirrored, a build error (its first line), or the validation's outcome with the tests it
 singled out (failing with the gold patch, passing without it, or changing verdict).
 
+- ``subset``: which SWE-bench the rows are (``lite``, ``verified``, ``full``; ``custom`` for
+  other rows), given or told by the dataset's name (``SWE-bench_Verified``, ``lite.json``...);
 - ``tried`` / ``built`` / ``validated``: rows, rows with layers, rows that validated;
 - ``build_s_p50``: median build seconds of the rows built (a row built by an earlier run keeps
   the seconds recorded then: results live in ``<store>/bench-swebench/`` and a re-run resumes);
@@ -47,10 +49,24 @@ Progress = Callable[[str], None]
 DATASET = REPO / "tests" / "data" / "swebench" / "sample" / "tasks.jsonl"
 DOCKER_IMAGE_MB = 1210.0  # an official SWE-bench instance image (SWE-MiniSandbox, arXiv 2602.11210)
 MINISANDBOX_MB = 178.0  # SWE-MiniSandbox per SWE-bench Verified instance (arXiv 2602.11210)
+SUBSETS = ("lite", "verified", "full", "custom")
 
 
 NETWORK_ERRORS = ("Temporary failure in name resolution", "Network is unreachable")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def subset_of(dataset: Path) -> str:
+    """The SWE-bench subset a dataset's name says it holds (Hugging Face ids and the files made
+    from them keep it: ``SWE-bench_Lite``, ``swe-bench-verified.jsonl``, ``lite.json``); the full
+    set when it names SWE-bench alone, ``custom`` when it names none."""
+    if dataset == DATASET:
+        return "lite"
+    name = str(dataset).lower().replace("_", "-")
+    for subset in ("lite", "verified"):
+        if subset in name:
+            return subset
+    return "full" if re.search(r"swe-?bench", name) else "custom"
 
 
 def _first_line(text: str) -> str:
@@ -121,8 +137,12 @@ def run(
     max_workers: int = 2,
     timeout: float = 1800.0,
     progress: Progress = print,
+    subset: str | None = None,
 ) -> dict:
     dataset = dataset or DATASET
+    subset = subset or subset_of(dataset)
+    if subset not in SUBSETS:
+        raise BenchError(f"subset {subset!r}: not one of {', '.join(SUBSETS)}")
     store = store or bench_root("swebench") / "store"
     rows = load_instances(dataset).raise_for_errors()[: limit or None]
     if not rows:
@@ -169,7 +189,8 @@ def run(
 
     interruptible_map(build_then_validate, todo, max_workers)
     report = _report(mirrored, results, LayerStore(store))
-    return {"dataset": str(dataset), "repo_mirror": str(mirror), "store": str(store), **report,
+    return {"dataset": str(dataset), "subset": subset, "repo_mirror": str(mirror),
+            "store": str(store), **report,
             "not_mirrored": dict(sorted(not_mirrored.items()))}  # fmt: skip
 
 

@@ -331,6 +331,9 @@ def bench_swebench(
     ),
     limit: int = typer.Option(0, "--limit", min=0, help="Only the first N rows (0: all)."),
     max_workers: int = typer.Option(2, "--max-workers", "-j", min=1, help="Rows at once."),
+    subset: str = typer.Option(
+        None, "--subset", help="lite, verified, full or custom (default: told by the rows' name)."
+    ),
 ) -> None:
     """Real SWE-bench rows built and validated container-free: tried, built, validated, build
     seconds p50 and store MB per instance against the official images.
@@ -338,12 +341,17 @@ def bench_swebench(
     Examples:
       sweflow bench swebench --json --quick
       sweflow bench swebench --json -d lite.json --repo-mirror mirrors/ --store /data/store
+      sweflow bench swebench --json -d rows.jsonl --subset verified --repo-mirror mirrors/
     """
-    from sweflow.bench.swebench import run
+    from sweflow.bench.swebench import SUBSETS, run
 
+    if subset is not None and subset not in SUBSETS:
+        raise typer.BadParameter(
+            f"{subset!r} is not one of {', '.join(SUBSETS)}", param_hint="--subset"
+        )
     work_starts("build and validate SWE-bench rows")
     report = run(dataset, repo_mirror, store, specs, 1 if quick else limit, max_workers,
-                 progress=_progress)  # fmt: skip
+                 progress=_progress, subset=subset)  # fmt: skip
     _emit(report, json_out)
 
 
