@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, run_agent
+from sweflow.agent.loop import REPEATED
 from sweflow.agent.scripted import scripted_endpoint
 from sweflow.agent.scripted import tool_turn as call
 from sweflow.agent.trajectory import Trajectory
@@ -206,9 +207,27 @@ def test_limits_end_runs_with_their_status(endpoint, sandbox_spec, git_layer, op
     assert context.exit_status == "context_limit" and len(context.steps) == 1
     # a server that refuses the grown prompt (HTTP 400, vLLM's words) ends the run the same way
     small_url, _ = endpoint(turns=[call("bash", command="seq 1 3000")], max_prompt_tokens=1500)
-    refused = run(small_url, sandbox)
+    refused = run(small_url, sandbox, repeat_guard=False)  # the same command grows the prompt
     assert refused.exit_status == "context_limit" and "maximum context length" in refused.error
     assert len(refused.steps) >= 1
+
+
+def test_a_repeated_reply_is_not_run_again_and_the_model_is_told(
+    endpoint, sandbox_spec, git_layer, open_local
+):
+    """A small model repeats one action until its step limit (it has a side effect here)."""
+    append = bash_block("echo again >> hello.py")
+    url, _ = endpoint(turns=[append, append, append, bash_block("echo once more >> hello.py"),
+                             bash_block("submit")])  # fmt: skip
+    guarded = run(url, open_local(sandbox_spec(git_layer)), mode="text")
+    assert guarded.exit_status == "submitted" and len(guarded.steps) == 5
+    assert [s.actions[0].observation == REPEATED for s in guarded.steps[:4]] == [
+        False, True, True, False
+    ]  # fmt: skip
+    assert guarded.patch.count("+again") == 1 and "+once more" in guarded.patch
+    assert sum(m["content"] == REPEATED for m in guarded.messages if m["role"] == "user") == 2
+    unguarded = run(url, open_local(sandbox_spec(git_layer)), mode="text", repeat_guard=False)
+    assert unguarded.patch.count("+again") == 3
 
 
 def test_command_and_wall_time_limits(endpoint, sandbox_spec, git_layer, open_local):

@@ -67,6 +67,11 @@ class AgentConfig(AgentLimits):
     )
     system_template: str = SYSTEM_TEMPLATE
     task_template: str = TASK_TEMPLATE
+    repeat_guard: bool = Field(
+        True,
+        description="a reply that repeats the previous reply's actions is not run again: "
+        "the model is told its output would not change (small models loop on one action)",
+    )
 
 
 # -- teachers: who plays the model when golden trajectories are collected -------------------------

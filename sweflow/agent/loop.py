@@ -66,6 +66,20 @@ def parse_reply(message: dict[str, Any], tool_mode: str) -> list[Action]:
     return [from_text(message.get("content") or "")]
 
 
+REPEATED = (
+    "You ran exactly this in your previous reply and nothing has changed since, so it was not "
+    "run again: its output would be the same as above. Do something different: look at another "
+    "place, edit the code, or submit."
+)
+
+
+def same_actions(actions: list[Action], previous: list[ActionRecord]) -> bool:
+    """Whether a reply's actions are those of the reply before (tool and arguments alike)."""
+    return bool(previous) and [(a.tool, a.args) for a in actions] == [
+        (r.tool, r.args) for r in previous
+    ]
+
+
 def observation_message(text: str, call_id: str | None) -> dict[str, Any]:
     """A tool message answering a tool call, or a user message for a text-format action."""
     if call_id is None:
@@ -181,11 +195,24 @@ class AgentRun:
                     return FORMAT_ERROR
                 continue
             format_errors = 0
+            previous = traj.steps[-2].actions if len(traj.steps) > 1 else []
+            if self.config.repeat_guard and same_actions(actions, previous):
+                self._refuse_repeat(step, actions)
+                step.step_s = time.perf_counter() - step_started
+                continue
             submitted = await self._act(step, actions)
             step.step_s = time.perf_counter() - step_started
             if submitted:
                 return SUBMITTED
         return STEP_LIMIT
+
+    def _refuse_repeat(self, step: StepRecord, actions: list[Action]) -> None:
+        """Answer each action of a repeated reply with :data:`REPEATED`, running none."""
+        for action in actions:
+            record = ActionRecord(tool=action.tool, args=action.args, call_id=action.call_id)
+            record.observation = REPEATED
+            step.actions.append(record)
+            self.traj.messages.append(observation_message(REPEATED, action.call_id))
 
     async def _act(self, step: StepRecord, actions: list[Action]) -> bool:
         """Run the step's actions in order; True once one of them ends the run (submit)."""
