@@ -42,6 +42,7 @@ Progress = Callable[[str], None]
 LEARN = REPO / "data" / "learn" / "tasks.jsonl"
 DEMO = REPO / "data" / "demo" / "tasks.jsonl"
 DEMO_HELDOUT = ["pypi/toolz"]
+UNGUARDED = "sft_without_repeat_guard"  # the SFT model again, its repeated replies run again
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
         heldout["base"] = _runs(model, data, eval_rows, out / "base" / "heldout", plan)
     with served_model(Path(sft.model), out / "sft", progress) as model:
         heldout["sft"] = _runs(model, data, eval_rows, out / "sft" / "heldout", plan)
+        heldout[UNGUARDED] = _runs(model, data, eval_rows, out / "sft" / "heldout-unguarded",
+                                   plan, repeat_guard=False)  # fmt: skip
         trained = [r for r in train_rows if r.instance_id not in gold.skipped]
         chosen, before = _rl_tasks(model, data, trained, out / "sft", plan, progress)
     overfit: dict = {"tasks": [r.instance_id for r in chosen], "steps": plan.rl_steps,
@@ -194,16 +197,18 @@ def _rl_config(plan: Plan, tasks: int) -> RLConfig:
                     checkpoint_every=plan.rl_steps)  # fmt: skip
 
 
-def _agent(plan: Plan):
+def _agent(plan: Plan, repeat_guard: bool = True):
     from sweflow.agent.config import AgentConfig
 
-    return AgentConfig(tool_mode="text", max_steps=plan.max_steps, max_wall_s=900)
+    return AgentConfig(tool_mode="text", max_steps=plan.max_steps, max_wall_s=900,
+                       repeat_guard=repeat_guard)  # fmt: skip
 
 
 def _runs(model: str, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
-          **sampling) -> dict:  # fmt: skip
+          repeat_guard: bool = True, **sampling) -> dict:  # fmt: skip
     """Graded agent runs with the plan's limits (see learn_runs.agent_runs)."""
-    return agent_runs(model, data, rows, out, _agent(plan), plan.max_tokens, **sampling)
+    agent = _agent(plan, repeat_guard)
+    return agent_runs(model, data, rows, out, agent, plan.max_tokens, **sampling)
 
 
 def _with_resolve_rate(rates: dict) -> dict:
@@ -225,10 +230,11 @@ def _plots(report: dict, out: Path) -> list[str]:
 
     names = ["valid_action_rate", "reproduced_rate", "right_file_rate", "right_hunk_rate",
              "submitted_rate", "resolved_rate", "looped_rate"]  # fmt: skip
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), width_ratios=[3, 1])
-    width = 0.27
-    for i, (model, rates) in enumerate(report["heldout"].items()):
-        xs = [x + (i - 1) * width for x in range(len(names))]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), width_ratios=[3, 1])
+    models = report["heldout"]
+    width = 0.8 / len(models)
+    for i, (model, rates) in enumerate(models.items()):
+        xs = [x + (i - (len(models) - 1) / 2) * width for x in range(len(names))]
         left.bar(xs, [rates.get(n, 0) for n in names], width, label=model)
     left.set_xticks(range(len(names)), [n.removesuffix("_rate") for n in names], rotation=20)
     left.set_ylim(0, 1)
