@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sweflow.agent.tools import BASH, TOOLS_BY_NAME
 from sweflow.errors import SweflowError
@@ -33,6 +34,19 @@ class Action:
     def command_line(self) -> str:
         """The action as one shell-like line (SWE-agent's form): what a text-mode reply holds."""
         return TOOLS_BY_NAME[self.tool].command_line(self.args)
+
+
+class Invocation(Protocol):
+    """An action as parsed (:class:`Action`) or as recorded in a trajectory (``ActionRecord``)."""
+
+    tool: str
+    args: dict[str, Any]
+
+
+def same_actions(reply: Sequence[Invocation], before: Sequence[Invocation]) -> bool:
+    """Whether two replies carry the same actions (tools and arguments alike); a reply with
+    none (it did not parse) repeats nothing."""
+    return bool(before) and [(a.tool, a.args) for a in reply] == [(b.tool, b.args) for b in before]
 
 
 def from_tool_calls(tool_calls: list[dict[str, Any]]) -> list[Action]:

@@ -12,7 +12,14 @@ import datetime as dt
 import time
 from typing import Any
 
-from sweflow.agent.actions import Action, FormatError, from_text, from_tool_calls, thought_of
+from sweflow.agent.actions import (
+    Action,
+    FormatError,
+    from_text,
+    from_tool_calls,
+    same_actions,
+    thought_of,
+)
 from sweflow.agent.client import (
     ChatModel,
     ContextLengthError,
@@ -71,13 +78,6 @@ REPEATED = (
     "run again: its output would be the same as above. Do something different: look at another "
     "place, edit the code, or submit."
 )
-
-
-def same_actions(actions: list[Action], previous: list[ActionRecord]) -> bool:
-    """Whether a reply's actions are those of the reply before (tool and arguments alike)."""
-    return bool(previous) and [(a.tool, a.args) for a in actions] == [
-        (r.tool, r.args) for r in previous
-    ]
 
 
 def observation_message(text: str, call_id: str | None) -> dict[str, Any]:

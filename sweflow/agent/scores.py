@@ -21,10 +21,12 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from sweflow.agent.actions import same_actions
 from sweflow.agent.tools import BASH, EDITOR
 from sweflow.agent.trajectory import SUBMITTED, Trajectory
 from sweflow.instances import Instance
@@ -105,12 +107,10 @@ def rates(scores: list[RunScore]) -> Rates:
 
 def _looped(trajectory: Trajectory) -> bool:
     """Whether :data:`LOOP` consecutive replies parsed into the same actions."""
-    run, previous = 0, None
-    for step in trajectory.steps:
-        actions = [(a.tool, sorted(a.args.items())) for a in step.actions] or None
-        run = run + 1 if actions is not None and actions == previous else 1
-        previous = actions
-        if actions is not None and run >= LOOP:
+    run = 1
+    for before, step in pairwise(trajectory.steps):
+        run = run + 1 if same_actions(step.actions, before.actions) else 1
+        if run >= LOOP:
             return True
     return False
 
