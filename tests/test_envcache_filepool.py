@@ -171,6 +171,8 @@ def test_dedupe_pools_a_store_built_before_the_pool(store, tmp_path):
     tampered = store.layers / layers[2].digest / "own"
     tampered.write_bytes(b"written into a finished layer")
 
+    first = pool_layers(store, only=[layers[0].digest])  # the layers a few instances use
+    assert first.layers == 1 and first.shared == 0 and not first.changed
     report = pool_layers(store)
     assert report.layers == 2 and report.changed == [layers[2].digest]
     assert report.shared == 1 and report.shared_bytes == len(SHARED)

@@ -210,7 +210,8 @@ def run(
     report["noop_rebuild_instances"] = len(many)
     report["noop_rebuild_s"] = round(_timed(lambda: builder.build(many)), 3)
     progress("linking the layers' files to the store's file pool (for a store built before it)")
-    pool_layers(builder.store)
+    manifests = [builder.store.read_manifest(iid) for iid in ids]
+    pool_layers(builder.store, only={lay.digest for m in manifests if m for lay in m.layers})
     progress("sweflow: open a sandbox on each instance until /testbed answers, in turn on the")
     progress("         pooled layers and on whole copies of them that share no file")
     samples, unpooled = [], []

@@ -10,7 +10,7 @@ built for a grading, and those instances' manifests, in whichever process they l
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel, Field
 
@@ -198,10 +198,13 @@ class PoolReport(Pooled):
 
 
 def pool_layers(
-    store: LayerStore, progress: Callable[[int, int], None] | None = None
+    store: LayerStore,
+    progress: Callable[[int, int], None] | None = None,
+    only: Iterable[str] | None = None,
 ) -> PoolReport:
-    """Link the files of every stored layer directory to the pool: for a store built before the
-    pool, or a layer committed when a link failed. Idempotent (a pooled file has other links).
+    """Link the files of every stored layer directory (or of the layers ``only`` names) to the
+    pool: for a store built before the pool, or a layer committed when a link failed.
+    Idempotent (a pooled file has other links).
 
     Holds the store's lock exclusively, as gc does: no commit or gc runs meanwhile. A live
     sandbox keeps reading the same bytes (a file is replaced by a link to identical content,
@@ -210,6 +213,9 @@ def pool_layers(
     report = PoolReport()
     with flocked(store.root / "store.lock"):
         layers = sorted(p for p in store.layers.iterdir() if p.is_dir() and not p.is_symlink())
+        if only is not None:
+            wanted = set(only)
+            layers = [layer for layer in layers if layer.name in wanted]
         for done, layer in enumerate(layers, 1):
             tree = tree_digest(layer)
             if tree.digest != layer.name:
