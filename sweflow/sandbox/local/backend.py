@@ -175,6 +175,7 @@ class LocalSandbox(Sandbox):
             if left <= 0:
                 raise SandboxStartError(
                     f"sandbox {self.id} did not report {word!r} within {timeout} s"
+                    f"{_blocked_in(self.init_pid if word == 'ready' else self._proc.pid)}"
                 )
             for fd, _ in self._poll.poll(left * 1000):
                 if fd == self._ctl:
@@ -385,3 +386,14 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _blocked_in(pid: int) -> str:
+    """Where process ``pid`` waits in the kernel, for an error about a sandbox that never became
+    ready (a network namespace waiting for the kernel's rtnl lock, a stuck mount...)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip() or "running"
+    except (OSError, IndexError):
+        return f" (process {pid} is gone)"
+    return f" (process {pid}: state {state}, waiting in {wchan})"

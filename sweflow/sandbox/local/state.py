@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-OPEN_TIMEOUT_S = 30.0  # how long an opening sandbox may take; gc leaves younger directories
+OPEN_TIMEOUT_S = 120.0  # how long an opening sandbox may take; gc leaves younger directories
 OWNER_FILE = "owner.json"  # in a sandbox's state directory: the keeper process that owns it
 
 
