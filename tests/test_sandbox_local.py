@@ -258,3 +258,24 @@ def test_user_namespaces_disabled_is_a_clear_error(bookworm_rootfs, tmp_path):
     assert "user namespaces" in proc.stdout
     assert "max_user_namespaces" in proc.stdout
     assert list((tmp_path / "state").iterdir()) == []
+
+
+def test_a_sandbox_that_never_becomes_ready_is_named_with_where_its_init_waits() -> None:
+    """The start error says what the stuck process was doing (state, and the top of its kernel
+    stack when the host lets root read it), or that it is gone."""
+    from sweflow.sandbox.local.backend import _blocked_in
+
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{sleeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "S":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        said = _blocked_in(sleeper.pid)
+        assert said.startswith(f" (process {sleeper.pid}: state S")
+        if os.geteuid() == 0:
+            assert "nanosleep" in said, said
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert _blocked_in(sleeper.pid) == f" (process {sleeper.pid} is gone)"

@@ -390,10 +390,16 @@ def _kill(pid: int) -> None:
 
 def _blocked_in(pid: int) -> str:
     """Where process ``pid`` waits in the kernel, for an error about a sandbox that never became
-    ready (a network namespace waiting for the kernel's rtnl lock, a stuck mount...)."""
+    ready (a network namespace waiting for the kernel's rtnl lock, a stuck mount...): the top
+    of its kernel stack where the host lets us read it (root), else its state alone."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        wchan = Path(f"/proc/{pid}/wchan").read_text().strip() or "running"
     except (OSError, IndexError):
         return f" (process {pid} is gone)"
-    return f" (process {pid}: state {state}, waiting in {wchan})"
+    try:
+        frames = [line.split()[-1].split("+")[0]
+                  for line in Path(f"/proc/{pid}/stack").read_text().splitlines()]  # fmt: skip
+    except OSError:
+        frames = []
+    where = f", in {' < '.join(frames[:4])}" if frames else ""
+    return f" (process {pid}: state {state}{where})"
