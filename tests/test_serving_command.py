@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from sweflow.cli import app
+from sweflow.ports import free_port
+from sweflow.sandbox.procs import children_of, group_members
 from sweflow.serving import ServeConfig, ServeError, tool_parser_for, vllm_command, vllm_server
 
 
@@ -58,6 +62,53 @@ def test_server_that_exits_early_reports_its_log(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match="exited with 1 before it was healthy"):
         with vllm_server(cfg, tmp_path / "serve.log"):
             pass
+
+
+# A stand-in for vLLM's server, started as vLLM is (`PYTHON -m ENTRY --port N ...`): it answers
+# /health, keeps a shared-memory segment and an engine child, puts a socket where vLLM puts its
+# ZeroMQ sockets, and ignores SIGTERM (a graceful stop would wait out its whole grace).
+STUCK_SERVER = """\
+import http.server, os, signal, socket, sys
+from multiprocessing import resource_tracker, shared_memory
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+segment = shared_memory.SharedMemory(create=True, size=1 << 20)
+resource_tracker.unregister(segment._name, "shared_memory")  # as a SIGKILL leaves it
+open(os.environ["SEGMENT_NOTE"], "w").write(segment._name)
+socket.socket(socket.AF_UNIX).bind(os.path.join(os.environ["VLLM_RPC_BASE_PATH"], "engine"))
+if os.fork() == 0:
+    signal.pause()
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+port = int(sys.argv[sys.argv.index("--port") + 1])
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def test_a_failed_block_kills_the_server_at_once_and_leaves_nothing(tmp_path: Path) -> None:
+    """The block around a server fails (an interrupt, a failed RL step): its process group is
+    killed without the graceful shutdown, and the shared memory and sockets it made are gone."""
+    server = tmp_path / "python"
+    server.write_text(f"#!{sys.executable}\n{STUCK_SERVER}")
+    server.chmod(0o755)
+    note = tmp_path / "segment"
+    cfg = ServeConfig(model=model_folder(tmp_path / "m", "llama", ""), port=free_port(),
+                      python=str(server), env={"SEGMENT_NOTE": str(note)})  # fmt: skip
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with vllm_server(cfg, tmp_path / "serve.log"):
+            ((pid, _),) = children_of(os.getpid())  # the server: its process group's leader
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            sockets = Path(next(v for v in environ if v.startswith(b"VLLM_RPC_BASE_PATH="))
+                           .split(b"=", 1)[1].decode())  # fmt: skip
+            segment = Path("/dev/shm") / note.read_text().lstrip("/")
+            assert segment.exists() and (sockets / "engine").exists()
+            assert len(group_members(pid)) >= 2  # the server and its engine
+            raise KeyboardInterrupt
+    assert time.monotonic() - began < 20, "it waited for a graceful stop (a 30 s grace)"
+    assert not group_members(pid)
+    assert not segment.exists() and not sockets.exists()
 
 
 def test_model_prepare_rejects_unknown_names(tmp_path: Path) -> None:

@@ -56,6 +56,33 @@ def children_of(parent: int) -> list[tuple[int, int]]:
     return found
 
 
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid``, found by scanning /proc."""
+    found = []
+    for name in os.listdir("/proc"):
+        fields = stat_fields(int(name)) if name.isdigit() else None
+        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(int(name))
+    return found
+
+
+def shared_memory_of(pids: list[int]) -> set[str]:
+    """The /dev/shm files that processes ``pids`` have mapped (POSIX shared memory they made:
+    the kernel keeps a segment until it is unlinked, so a killed process leaves it behind)."""
+    found = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
+                    path = fields[5].strip() if len(fields) == 6 else ""
+                    if path.startswith("/dev/shm/") and not path.endswith(" (deleted)"):
+                        found.add(path)
+        except OSError:
+            continue
+    return found
+
+
 def stop_pid(pid: int, grace_s: float = 30.0, started: int | None = None) -> None:
     """SIGTERM a process we started, wait up to ``grace_s`` for it to exit, then SIGKILL it.
 

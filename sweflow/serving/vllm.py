@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.errors import SweflowError
+from sweflow.sandbox.procs import group_members, shared_memory_of
 
 ENTRY = "vllm.entrypoints.openai.api_server"
 # model_type -> vLLM tool-call parser, for chat templates that render `tools`
@@ -144,9 +146,14 @@ def healthy(base_url: str) -> bool:
         return False
 
 
-def stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
-    """SIGTERM the server (it shuts its engine down), then SIGKILL its process group."""
-    if proc.poll() is None:
+def stop(proc: subprocess.Popen, grace_s: float = 30.0, *, at_once: bool = False) -> None:
+    """SIGTERM the server (it shuts its engine down and frees its shared memory), then SIGKILL
+    its process group. ``at_once`` (the block failed or was interrupted: someone waits, and no
+    state of the server is worth keeping) kills the group without the graceful shutdown, which
+    takes seconds on a busy machine, and unlinks the shared-memory segments its processes had
+    mapped: a killed vLLM leaves them in /dev/shm, hundreds of MB of memory each."""
+    segments = shared_memory_of(group_members(proc.pid)) if at_once else set()
+    if proc.poll() is None and not at_once:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=grace_s)
@@ -155,6 +162,9 @@ def stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # the group led by our child: its engine workers
     proc.wait()
+    for segment in segments:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(segment)
 
 
 @contextlib.contextmanager
@@ -164,11 +174,19 @@ def vllm_server(cfg: ServeConfig, log_path: Path, progress=None) -> Iterator[Ser
         raise ServeError(f"{cfg.model} is not a Hugging Face model folder (no config.json)")
     gpu = has_gpu()
     argv, env = vllm_command(cfg, gpu)
+    # the engine's ZeroMQ sockets, otherwise left in /tmp by every server: removed with the server
+    sockets = Path(tempfile.mkdtemp(prefix="sweflow-vllm-"))
+    env.setdefault("VLLM_RPC_BASE_PATH", str(sockets))
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+    try:
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+    except BaseException:
+        shutil.rmtree(sockets, ignore_errors=True)
+        raise
+    failed = True
     try:
         if progress:
             progress(f"vLLM ({'GPU' if gpu else 'CPU'}) pid {proc.pid}: {' '.join(argv)}")
@@ -180,5 +198,9 @@ def vllm_server(cfg: ServeConfig, log_path: Path, progress=None) -> Iterator[Ser
                 raise ServeError(f"vLLM {why} before it was healthy; {log_path}:\n{tail}")
             time.sleep(1.0)
         yield cfg
+        failed = False
     finally:
-        stop(proc)
+        try:
+            stop(proc, at_once=failed)
+        finally:
+            shutil.rmtree(sockets, ignore_errors=True)
