@@ -19,6 +19,7 @@ its file logger's lines, its checkpoint tracker, a merged folder.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -157,11 +158,15 @@ def test_verl_rolls_out_sweflow_episodes_through_its_own_agent_loop(
     tasks = data.instances[:1]
     rl = RLConfig(backend="verl", algorithm="grpo", steps=3, tasks_per_step=1, rollouts_per_task=3,
                   max_tokens_per_turn=64, max_response_length=512, learning_rate=3e-6)  # fmt: skip
-    where = {"store": data.store, "specs": data.dataset.with_name("specs.yaml"),
+    specs = tmp_path / "head-only" / "specs.yaml"  # a file only the head node has
+    specs.parent.mkdir()
+    shutil.copy(data.dataset.with_name("specs.yaml"), specs)
+    where = {"store": data.store, "specs": specs,
              "agent": AgentConfig(tool_mode="text", max_steps=2), "backend": "local"}  # fmt: skip
     command = prepare(tasks, tiny_smollm2, tmp_path / "fits", rl, **where)
     short = rl.model_copy(update={"max_prompt_length": 64})  # below any first prompt
     prepare(tasks, tiny_smollm2, tmp_path / "overlong", short, **where)
+    shutil.rmtree(specs.parent)  # the workers read the tasks and specs from the context alone
 
     folder = tmp_path / "fits" / "verl"
     assert command[:3] == [str(verl_python()), "-m", "verl.trainer.main_ppo"]

@@ -2,8 +2,8 @@
 
 Everything verl needs is written into ``<work>/verl`` before it starts: the train tasks as
 verl's parquet (one row per task, the agent loop's name on each row), the rollout context
-(tasks, layer store, specs, agent and rl settings, the policy), the agent-loop YAML that points
-verl at sweflow.training.rl.verl_loop, and the trainer overrides generated from the ``rl``
+(the tasks and their specs, the layer store, agent and rl settings, the policy), the agent-loop
+YAML that points verl at sweflow.training.rl.verl_loop, and the trainer overrides from the ``rl``
 section, composed by verl's own Hydra config into ``verl_config.yaml`` (every key checked
 against verl's schema) and saved with ``launch.sh``, the command line a user can re-run by
 hand. verl is then launched with ``python -m verl.trainer.main_ppo`` on the local Ray or
@@ -34,6 +34,7 @@ from typing import Any
 
 from sweflow.agent.config import AgentConfig
 from sweflow.errors import ConfigError, SweflowError
+from sweflow.harness.specs import load_specs
 from sweflow.instances import Instance
 from sweflow.training.output import RECORD
 from sweflow.training.rl.backend import RLRun, StepProgress
@@ -72,15 +73,13 @@ def verl_python() -> Path:
     return python
 
 
-def write_inputs(tasks: list[Instance], folder: Path) -> tuple[Path, Path]:
-    """The tasks as sweflow rows (tasks.jsonl, read by the rollouts) and as verl's parquet: a
-    ``prompt`` (the task's id as a user message: verl's dataset wants one; the agent loop builds
-    the real prompt), the agent loop's name and the instance id."""
+def write_inputs(tasks: list[Instance], folder: Path) -> Path:
+    """The tasks as verl's parquet: a ``prompt`` (the task's id as a user message: verl's dataset
+    wants one; the agent loop builds the real prompt), the agent loop's name and the instance
+    id. (The rollouts read the tasks themselves from the rollout context.)"""
     from datasets import Dataset
 
     folder.mkdir(parents=True, exist_ok=True)
-    rows = folder / "tasks.jsonl"
-    rows.write_text("".join(t.model_dump_json() + "\n" for t in tasks))
     records = [
         {
             "data_source": "sweflow",
@@ -93,7 +92,7 @@ def write_inputs(tasks: list[Instance], folder: Path) -> tuple[Path, Path]:
     ]
     parquet = folder / "train.parquet"
     Dataset.from_list(records).to_parquet(str(parquet))
-    return rows, parquet
+    return parquet
 
 
 def agent_workers(rl: RLConfig) -> int:
@@ -104,17 +103,26 @@ def agent_workers(rl: RLConfig) -> int:
     return max(n for n in range(1, MAX_AGENT_WORKERS + 1) if batch % n == 0)
 
 
-def write_context(folder: Path, rows: Path, policy: Path, store: Path, specs: Path,
+def write_context(folder: Path, tasks: list[Instance], policy: Path, store: Path, specs: Path,
                   agent: AgentConfig, rl: RLConfig, backend: str) -> Path:  # fmt: skip
-    """The rollout context file and the agent-loop YAML that names it; returns the YAML. The
-    context says how many agent-loop workers share a node (verl spreads them round-robin), so
-    that each bounds its open sandboxes to its share of the node's slots."""
+    """The rollout context file and the agent-loop YAML that names it; returns the YAML.
+
+    verl's agent-loop workers run on every node and read that YAML by its path, as they read
+    the policy: the run folder must be on storage every node sees. The context carries all else
+    inside it (the tasks and their repositories' specs, which may live on the head node only);
+    each node opens sandboxes from its own store. It also says how many agent-loop workers share
+    a node (verl spreads them round-robin), so that each bounds its open sandboxes to its share
+    of the node's slots."""
     context = folder / "rollout.json"
     per_node = -(-agent_workers(rl) // rl.nodes)
+    repos = {task.repo for task in tasks}
+    table = {repo: {version: spec.model_dump(mode="json") for version, spec in versions.items()}
+             for repo, versions in load_specs(specs).specs.items() if repo in repos}  # fmt: skip
     context.write_text(json.dumps({
-        "tasks": str(rows), "policy": str(policy), "store": str(store), "specs": str(specs),
-        "agent": agent.model_dump(mode="json"), "rl": rl.model_dump(mode="json"),
-        "backend": backend, "workers_per_node": per_node,
+        "tasks": [task.model_dump(mode="json") for task in tasks], "policy": str(policy),
+        "store": str(store), "agent": agent.model_dump(mode="json"),
+        "specs": table,
+        "rl": rl.model_dump(mode="json"), "backend": backend, "workers_per_node": per_node,
     }, indent=1))  # fmt: skip
     loops = folder / "agent_loops.yaml"
     loops.write_text(
@@ -187,8 +195,8 @@ def prepare(tasks: list[Instance], policy: Path, work: Path, rl: RLConfig, *, st
     """Write verl's inputs under ``work/verl`` and check the config with verl's own Hydra
     (verl_config.yaml); returns the launch command, also saved as launch.sh."""
     folder = work / "verl"
-    rows, parquet = write_inputs(tasks, folder)
-    loops = write_context(folder, rows, policy, store, specs, agent, rl, backend)
+    parquet = write_inputs(tasks, folder)
+    loops = write_context(folder, tasks, policy, store, specs, agent, rl, backend)
     settings = overrides(rl, policy, parquet, loops, folder)
     python = str(verl_python())
     composed = folder / "verl_config.yaml"

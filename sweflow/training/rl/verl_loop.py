@@ -48,8 +48,8 @@ from sweflow.cluster.local import LocalExecutor
 from sweflow.cluster.node import default_slots
 from sweflow.cluster.ray_nodes import node_store
 from sweflow.grading import Grader
-from sweflow.harness.specs import load_specs
-from sweflow.instances import Instance, load_instances
+from sweflow.harness.specs import SpecTable
+from sweflow.instances import Instance
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.episode import Episode, run_episode
@@ -63,13 +63,13 @@ class RolloutContext:
 
     def __init__(self, path: Path) -> None:
         data = json.loads(path.read_text())
-        rows = load_instances(Path(data["tasks"])).raise_for_errors()
+        rows = [Instance.model_validate(row) for row in data["tasks"]]
         self.tasks: dict[str, Instance] = {row.instance_id: row for row in rows}
         self.rl = RLConfig(**data["rl"])
         self.encoder = ChatEncoder(Path(data["policy"]))
         store, backend = node_store(Path(data["store"])), data["backend"]
-        grader = Grader(store, load_specs(Path(data["specs"])), backend=backend,
-                        tamper_guard=self.rl.tamper_guard)  # fmt: skip
+        specs = SpecTable.from_mapping(data["specs"], source=f"{path}: specs")
+        grader = Grader(store, specs, backend=backend, tamper_guard=self.rl.tamper_guard)
         self.env = episode_env(LocalExecutor(store), grader, AgentConfig(**data["agent"]), backend)
         self.slots = max(1, default_slots() // data["workers_per_node"])
         self.open = asyncio.Semaphore(self.slots)  # episodes (sandbox and grading) at once
