@@ -124,6 +124,23 @@ def test_editor_errors_go_back_to_the_model(endpoint, sandbox_spec, git_layer, o
             call("str_replace_editor", command="view", path="/testbed/hello.py", view_range=[5, 9]),
             call("str_replace_editor", command="view", path="/testbed"),
             call("str_replace_editor", command="view", path="/testbed/missing.py"),
+            call(
+                "str_replace_editor", command="view", path="/testbed/hello.py", view_range=[1, 500]
+            ),  # fmt: skip
+            call("str_replace_editor", command="view", path="/testbed/src/hello.py"),
+            call(
+                "str_replace_editor",
+                command="create",
+                path="/testbed/pkg/sub/__init__.py",
+                file_text="x = 1\n",
+            ),  # fmt: skip
+            call(
+                "str_replace_editor",
+                command="str_replace",
+                path="/testbed/pkg/sub.py",
+                old_str="x = 1",
+                new_str="x = 2",
+            ),  # fmt: skip
             {"tool_calls": [{"name": "rm_rf", "arguments": {}}]},
             call("submit"),
         ]
@@ -134,10 +151,15 @@ def test_editor_errors_go_back_to_the_model(endpoint, sandbox_spec, git_layer, o
     assert "already exists" in obs[1]
     assert "outside the file" in obs[2]
     assert "/testbed/hello.py" in obs[3] and "README.md" in obs[3]
-    assert "missing.py" in obs[4]
-    assert "unknown tool 'rm_rf'" in obs[5]
+    assert "missing.py" in obs[4] and "Did you mean" not in obs[4]
+    assert "     1\t" in obs[5] and "(the file ends at line" in obs[5]  # an end past it: to its end
+    # a path that is not there: the files it may have meant (a module without its package...)
+    assert obs[6].endswith("Did you mean: /testbed/hello.py?")
+    assert obs[8].endswith("Did you mean: /testbed/pkg/sub/__init__.py?")  # (a package as a module)
+    assert "unknown tool 'rm_rf'" in obs[9]
     assert traj.messages[-2]["role"] == "tool"  # the bad call was answered too
-    assert traj.exit_status == "submitted" and traj.patch == ""
+    assert traj.exit_status == "submitted"
+    assert traj.patch.count("diff --git") == 1 and "b/pkg/sub/__init__.py" in traj.patch
 
 
 def test_text_mode_parses_one_bash_block(endpoint, sandbox_spec, git_layer, open_local):

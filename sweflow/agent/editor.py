@@ -22,6 +22,10 @@ class ToolError(SweflowError):
     """The action could not be done; the message is the observation the model gets."""
 
 
+class UnreadableFile(ToolError):
+    """The file to view or edit could not be read (most often: there is no such file)."""
+
+
 def numbered(text: str, first: int = 1) -> str:
     """``cat -n`` style: right-aligned line numbers, a tab, the line."""
     return "\n".join(f"{i:6}\t{line}" for i, line in enumerate(text.split("\n"), first))
@@ -36,13 +40,16 @@ async def run_editor(sandbox: Sandbox, args: dict[str, Any], workdir: str) -> st
     if not isinstance(raw_path, str) or not raw_path:
         raise ToolError(f"{command} needs a `path`")
     path = posixpath.normpath(posixpath.join(workdir, raw_path))
-    if command == "view":
-        return await _view(sandbox, path, args.get("view_range"))
-    if command == "create":
-        return await _create(sandbox, path, _text(args, "file_text"))
-    if command == "str_replace":
-        return await _str_replace(sandbox, path, _text(args, "old_str"), args.get("new_str"))
-    return await _insert(sandbox, path, args.get("insert_line"), _text(args, "new_str"))
+    try:
+        if command == "view":
+            return await _view(sandbox, path, args.get("view_range"))
+        if command == "create":
+            return await _create(sandbox, path, _text(args, "file_text"))
+        if command == "str_replace":
+            return await _str_replace(sandbox, path, _text(args, "old_str"), args.get("new_str"))
+        return await _insert(sandbox, path, args.get("insert_line"), _text(args, "new_str"))
+    except UnreadableFile as exc:
+        raise ToolError(f"{exc}{await _namesakes(sandbox, path, workdir)}") from None
 
 
 def _text(args: dict[str, Any], key: str) -> str:
@@ -56,7 +63,22 @@ async def _read(sandbox: Sandbox, path: str) -> str:
     try:
         return (await sandbox.aread(path)).decode("utf-8", errors="replace")
     except SandboxFileError as exc:
-        raise ToolError(str(exc).replace(" in the sandbox", "")) from None
+        raise UnreadableFile(str(exc).replace(" in the sandbox", "")) from None
+
+
+async def _namesakes(sandbox: Sandbox, path: str, workdir: str) -> str:
+    """For a ``path`` that does not exist: the repository's files it may have meant (a module
+    named without its package, a package named as a module), as a shell user would find them
+    with ``find``. The fine-tuned student spent whole runs viewing such paths."""
+    package = posixpath.join(posixpath.splitext(path)[0], "__init__.py")
+    found = await sandbox.aexec(
+        f"test -e {shlex.quote(path)} && exit 0; "
+        f"test -f {shlex.quote(package)} && echo {shlex.quote(package)}; "
+        f"find {shlex.quote(workdir)} -name {shlex.quote(posixpath.basename(path))} -type f "
+        "-not -path '*/.*' 2>/dev/null | sort | head -n 5"
+    )
+    names = [line for line in found.output.splitlines() if line.strip()]
+    return f"\nDid you mean: {', '.join(names)}?" if names else ""
 
 
 async def _write(sandbox: Sandbox, path: str, text: str) -> None:
@@ -86,10 +108,14 @@ async def _view(sandbox: Sandbox, path: str, view_range: Any) -> str:
         ):
             raise ToolError("view_range must be two line numbers [start, end] (end -1: to the end)")
         first, last = view_range[0], (len(lines) if view_range[1] == -1 else view_range[1])
-        if not 1 <= first <= last <= len(lines):
+        if not 1 <= first <= min(last, len(lines)):
             raise ToolError(f"view_range {view_range} is outside the file's 1..{len(lines)} lines")
-    body = numbered("\n".join(lines[first - 1 : last]), first)
-    return f"Here is the result of running `cat -n` on {path}:\n{body}"
+    # An end past the file shows up to its last line (the fine-tuned student asks for a fixed
+    # span after a grep hit, and learned nothing from the error it got).
+    shown = min(last, len(lines))
+    body = numbered("\n".join(lines[first - 1 : shown]), first)
+    ends = f"\n(the file ends at line {len(lines)})" if shown < last else ""
+    return f"Here is the result of running `cat -n` on {path}:\n{body}{ends}"
 
 
 async def _create(sandbox: Sandbox, path: str, text: str) -> str:
