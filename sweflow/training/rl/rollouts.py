@@ -185,6 +185,9 @@ class Rollouts:
             for task in others:
                 task.cancel()
             await asyncio.gather(*others, return_exceptions=True)
+            # A cancelled task's thread runs on: a sandbox it was opening is tracked when it
+            # opens, and closed then only while the interrupt stands (close() resumes after this)
+            await asyncio.get_running_loop().shutdown_default_executor()
         if isinstance(self.generator, ServedPolicy):
             await self.generator.aclose()
 
