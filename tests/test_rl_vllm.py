@@ -24,6 +24,7 @@ from conftest import trained_as_sampled
 from safetensors.torch import load_file
 
 from sweflow.envcache.dataset import dataset_specs
+from sweflow.sandbox.procs import group_members, shared_memory_of
 from sweflow.serving.vllm import vllm_installed
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.rl.config import RLConfig
@@ -142,6 +143,7 @@ def test_the_served_policy_follows_the_trainer_within_the_staleness_bound(
         # the server dies while it answers an episode's request: infrastructure, not a 0
         instance = next(iter(tasks.values()))
         group = os.getpgid(_listening_pid(served.base_url))
+        segments = shared_memory_of(group_members(group))  # a crash leaves them: removed below
 
         async def dies_mid_request(ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
             os.killpg(group, signal.SIGSTOP)  # frozen: the request below waits for an answer
@@ -150,7 +152,11 @@ def test_the_served_policy_follows_the_trainer_within_the_staleness_bound(
             os.killpg(group, signal.SIGKILL)
             return await request
 
-        episode = asyncio.run(run_episode(instance, rl_env, encoder, dies_mid_request, sync))
+        try:
+            episode = asyncio.run(run_episode(instance, rl_env, encoder, dies_mid_request, sync))
+        finally:
+            for segment in segments:
+                Path(segment).unlink(missing_ok=True)
         assert episode.reward is None and "policy generation failed" in episode.infra_failure
     # the server is gone: an episode that needs it is an infrastructure failure, not a 0
     episode = asyncio.run(run_episode(instance, rl_env, encoder, served, sync))

@@ -98,7 +98,8 @@ def test_a_failed_block_kills_the_server_at_once_and_leaves_nothing(tmp_path: Pa
     began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         with vllm_server(cfg, tmp_path / "serve.log"):
-            ((pid, _),) = children_of(os.getpid())  # the server: its process group's leader
+            (pid,) = [child for child, _ in children_of(os.getpid())  # the group's leader
+                      if str(server) in _cmdline(child)]  # fmt: skip
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             sockets = Path(next(v for v in environ if v.startswith(b"VLLM_RPC_BASE_PATH="))
                            .split(b"=", 1)[1].decode())  # fmt: skip
@@ -109,6 +110,13 @@ def test_a_failed_block_kills_the_server_at_once_and_leaves_nothing(tmp_path: Pa
     assert time.monotonic() - began < 20, "it waited for a graceful stop (a 30 s grace)"
     assert not group_members(pid)
     assert not segment.exists() and not sockets.exists()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:  # it ended meanwhile
+        return ""
 
 
 def test_model_prepare_rejects_unknown_names(tmp_path: Path) -> None:

@@ -150,9 +150,9 @@ def stop(proc: subprocess.Popen, grace_s: float = 30.0, *, at_once: bool = False
     """SIGTERM the server (it shuts its engine down and frees its shared memory), then SIGKILL
     its process group. ``at_once`` (the block failed or was interrupted: someone waits, and no
     state of the server is worth keeping) kills the group without the graceful shutdown, which
-    takes seconds on a busy machine, and unlinks the shared-memory segments its processes had
-    mapped: a killed vLLM leaves them in /dev/shm, hundreds of MB of memory each."""
-    segments = shared_memory_of(group_members(proc.pid)) if at_once else set()
+    takes seconds on a busy machine. Either way the shared-memory segments its processes had
+    mapped and left are unlinked: a killed vLLM leaves them in /dev/shm, hundreds of MB each."""
+    segments = shared_memory_of(group_members(proc.pid))
     if proc.poll() is None and not at_once:
         proc.send_signal(signal.SIGTERM)
         try:
