@@ -264,11 +264,12 @@ def test_a_sandbox_that_never_becomes_ready_is_named_with_where_its_init_waits()
     """The start error says what the stuck process was doing (state, and the top of its kernel
     stack when the host lets root read it), or that it is gone."""
     from sweflow.sandbox.local.backend import _blocked_in
+    from sweflow.sandbox.procs import stat_fields
 
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         deadline = time.monotonic() + 5
-        while Path(f"/proc/{sleeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "S":
+        while stat_fields(sleeper.pid)[0] != "S":  # type: ignore[index]
             assert time.monotonic() < deadline
             time.sleep(0.01)
         said = _blocked_in(sleeper.pid)

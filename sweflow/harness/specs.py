@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from importlib import resources
@@ -166,13 +166,19 @@ class SpecTable:
             table[repo] = {v: _validate(raw, repo, v, source) for v in raw}
         return cls(table)
 
-    def digest(self) -> str:
-        """sha256 of the whole table, every field: the same table, read again elsewhere."""
-        payload = {
+    def as_mapping(self, repos: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The table as JSON data (of ``repos`` only, when given), which :meth:`from_mapping`
+        reads back into the same table."""
+        return {
             repo: {v: spec.model_dump(mode="json") for v, spec in versions.items()}
             for repo, versions in self.specs.items()
+            if repos is None or repo in repos
         }
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    def digest(self) -> str:
+        """sha256 of the whole table, every field: the same table, read again elsewhere."""
+        payload = json.dumps(self.as_mapping(), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()
 
     def versions(self, repo: str) -> list[str]:
         """The versions known for ``repo``, in version order (empty for an unknown repo)."""

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Iterator
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -46,24 +47,23 @@ def running(pid: int, started: int | None = None) -> bool:
     return started is None or int(fields[19]) == started
 
 
-def children_of(parent: int) -> list[tuple[int, int]]:
-    """(pid, start ticks) of ``parent``'s live children, found by scanning /proc."""
-    found = []
+def _processes() -> Iterator[tuple[int, list[str]]]:
+    """(pid, :func:`stat_fields`) of every process, read from /proc."""
     for name in os.listdir("/proc"):
         fields = stat_fields(int(name)) if name.isdigit() else None
-        if fields and int(fields[1]) == parent:
-            found.append((int(name), int(fields[19])))
-    return found
+        if fields:
+            yield int(name), fields
+
+
+def children_of(parent: int) -> list[tuple[int, int]]:
+    """(pid, start ticks) of ``parent``'s live children, found by scanning /proc."""
+    return [(pid, int(fields[19])) for pid, fields in _processes() if int(fields[1]) == parent]
 
 
 def group_members(pgid: int) -> list[int]:
     """The live processes of process group ``pgid``, found by scanning /proc."""
-    found = []
-    for name in os.listdir("/proc"):
-        fields = stat_fields(int(name)) if name.isdigit() else None
-        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            found.append(int(name))
-    return found
+    return [pid for pid, fields in _processes()
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X")]  # fmt: skip
 
 
 def shared_memory_of(pids: list[int]) -> set[str]:

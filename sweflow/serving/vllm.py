@@ -174,33 +174,32 @@ def vllm_server(cfg: ServeConfig, log_path: Path, progress=None) -> Iterator[Ser
         raise ServeError(f"{cfg.model} is not a Hugging Face model folder (no config.json)")
     gpu = has_gpu()
     argv, env = vllm_command(cfg, gpu)
-    # the engine's ZeroMQ sockets, otherwise left in /tmp by every server: removed with the server
-    sockets = Path(tempfile.mkdtemp(prefix="sweflow-vllm-"))
-    env.setdefault("VLLM_RPC_BASE_PATH", str(sockets))
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    # the engine's ZeroMQ sockets, otherwise left in /tmp by every server: removed with the server
+    with tempfile.TemporaryDirectory(prefix="sweflow-vllm-", ignore_cleanup_errors=True) as sockets:
+        env.setdefault("VLLM_RPC_BASE_PATH", sockets)
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-    except BaseException:
-        shutil.rmtree(sockets, ignore_errors=True)
-        raise
-    failed = True
-    try:
-        if progress:
-            progress(f"vLLM ({'GPU' if gpu else 'CPU'}) pid {proc.pid}: {' '.join(argv)}")
-        deadline = time.monotonic() + cfg.ready_timeout_s
-        while not healthy(cfg.base_url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                why = f"exited with {proc.returncode}" if proc.poll() is not None else "timed out"
-                tail = log_path.read_text(errors="replace")[-3000:]
-                raise ServeError(f"vLLM {why} before it was healthy; {log_path}:\n{tail}")
-            time.sleep(1.0)
-        yield cfg
-        failed = False
-    finally:
+        failed = True
         try:
-            stop(proc, at_once=failed)
+            if progress:
+                progress(f"vLLM ({'GPU' if gpu else 'CPU'}) pid {proc.pid}: {' '.join(argv)}")
+            _await_healthy(proc, cfg, log_path)
+            yield cfg
+            failed = False
         finally:
-            shutil.rmtree(sockets, ignore_errors=True)
+            stop(proc, at_once=failed)
+
+
+def _await_healthy(proc: subprocess.Popen, cfg: ServeConfig, log_path: Path) -> None:
+    """Wait until the server answers /health; ServeError with its log's tail if it exits first
+    or takes longer than ``cfg.ready_timeout_s``."""
+    deadline = time.monotonic() + cfg.ready_timeout_s
+    while not healthy(cfg.base_url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            why = f"exited with {proc.returncode}" if proc.poll() is not None else "timed out"
+            tail = log_path.read_text(errors="replace")[-3000:]
+            raise ServeError(f"vLLM {why} before it was healthy; {log_path}:\n{tail}")
+        time.sleep(1.0)

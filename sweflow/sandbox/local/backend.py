@@ -28,7 +28,7 @@ from sweflow.sandbox.local.build import nsinit_path
 from sweflow.sandbox.local.cgroups import SandboxCgroups
 from sweflow.sandbox.local.pidns import host_pid_of, kill_started_since, started_since
 from sweflow.sandbox.local.state import OPEN_TIMEOUT_S, OWNER_FILE, state_dir
-from sweflow.sandbox.procs import now_ticks, start_ticks
+from sweflow.sandbox.procs import now_ticks, start_ticks, stat_fields
 from sweflow.sandbox.shell import (
     SHELL_ARGV,
     SHELL_ENV,
@@ -392,9 +392,8 @@ def _blocked_in(pid: int) -> str:
     """Where process ``pid`` waits in the kernel, for an error about a sandbox that never became
     ready (a network namespace waiting for the kernel's rtnl lock, a stuck mount...): the top
     of its kernel stack where the host lets us read it (root), else its state alone."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+    fields = stat_fields(pid)
+    if fields is None:
         return f" (process {pid} is gone)"
     try:
         frames = [line.split()[-1].split("+")[0]
@@ -402,4 +401,4 @@ def _blocked_in(pid: int) -> str:
     except OSError:
         frames = []
     where = f", in {' < '.join(frames[:4])}" if frames else ""
-    return f" (process {pid}: state {state}{where})"
+    return f" (process {pid}: state {fields[0]}{where})"

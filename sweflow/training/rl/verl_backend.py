@@ -115,13 +115,10 @@ def write_context(folder: Path, tasks: list[Instance], policy: Path, store: Path
     of the node's slots."""
     context = folder / "rollout.json"
     per_node = -(-agent_workers(rl) // rl.nodes)
-    repos = {task.repo for task in tasks}
-    table = {repo: {version: spec.model_dump(mode="json") for version, spec in versions.items()}
-             for repo, versions in load_specs(specs).specs.items() if repo in repos}  # fmt: skip
     context.write_text(json.dumps({
         "tasks": [task.model_dump(mode="json") for task in tasks], "policy": str(policy),
         "store": str(store), "agent": agent.model_dump(mode="json"),
-        "specs": table,
+        "specs": load_specs(specs).as_mapping({task.repo for task in tasks}),
         "rl": rl.model_dump(mode="json"), "backend": backend, "workers_per_node": per_node,
     }, indent=1))  # fmt: skip
     loops = folder / "agent_loops.yaml"
