@@ -88,6 +88,32 @@ def test_an_edit_that_is_not_unique_is_widened(sandbox_spec, open_local, twin_la
     assert traj.imitable is not None and traj.imitable.fraction == 1.0, traj.imitable
 
 
+def test_the_issues_searches_go_in_its_order_and_views_are_plain_pages(
+    sandbox_spec, open_local, twin_layer
+) -> None:
+    """The first failing test's name defines nothing: the teacher still searches for it first
+    (a student cannot know that beforehand), shows that nothing was found, and goes on to the
+    next; its view is the page of 40 lines from the ``def`` line the hit names, not a range
+    ending where the definition or the gold hunk ends (which only the teacher knows)."""
+    layer, patch = twin_layer
+    issue = (
+        "- `tests/test_calc.py::test_totals`: AssertionError: 3 != 6\n"
+        "- `tests/test_calc.py::test_second`: AssertionError: 3 != 6\n"
+    )
+    row = Instance(instance_id="demo__calc-3", repo="demo/calc", base_commit="HEAD",
+                   problem_statement=issue, patch=patch)  # fmt: skip
+    sandbox = open_local(sandbox_spec(layer))
+    model = ReplayModel(row, "text", Check("python3 -c 'import calc; print(calc.second([1, 2]))'"))
+    traj = asyncio.run(run_agent(row, sandbox, model, AgentConfig(tool_mode="text")))
+    assert traj.exit_status == "submitted" and traj.patch == patch
+    missed, found, view = (s.actions[0] for s in traj.steps[:3])
+    assert missed.args["command"] == r"grep -rnE '(def|class) totals\b' --include='*.py' ."
+    assert "./calc.py" not in missed.observation
+    assert found.args["command"] == r"grep -rnE '(def|class) second\b' --include='*.py' ."
+    assert view.args["path"] == "/testbed/calc.py" and view.args["view_range"] == [11, 50]
+    assert traj.imitable is not None and traj.imitable.fraction == 1.0, traj.imitable
+
+
 def test_a_task_no_clue_leads_to_is_declined_with_its_reason(
     sandbox_spec, twin_layer, tmp_path
 ) -> None:

@@ -66,6 +66,13 @@ def subject(test: str) -> str | None:
     return stripped if stripped != test and len(stripped) > 2 else None
 
 
+def test_id_name(span: str) -> str:
+    """A test id without its file (``tests/test_parse.py::TestX::test_y`` -> ``TestX::test_y``),
+    whose name would read as a lead of its own; any other text as it is."""
+    head, sep, rest = span.partition("::")
+    return rest if sep and head.endswith(".py") else span
+
+
 def error_messages(text: str) -> list[str]:
     """The messages of the errors ``text`` reports (``ValueError: <message>``)."""
     return [m["message"] for m in ERROR.finditer(text)]

@@ -99,6 +99,8 @@ async def _view(sandbox: Sandbox, path: str, view_range: Any) -> str:
         )
         return f"Files and directories up to 2 levels deep in {path}:\n{listing.output}"
     lines = (await _read(sandbox, path)).split("\n")
+    if len(lines) > 1 and lines[-1] == "":  # the final newline ends the last line (as cat -n)
+        lines.pop()
     first, last = 1, len(lines)
     if view_range is not None:
         if (

@@ -5,19 +5,29 @@ the student knows neither. So the teacher plans with what it knows but moves onl
 issue and its own observations name (sweflow.agent.clues): a view of a line a traceback frame
 or a search hit points at, a search (``grep``) for a name the issue or a view showed or for
 an error message's words, or reading on from a page it viewed. The route is the cheapest such
-chain (in actions) that ends on a page showing the whole hunk; the next step is its first move,
-and the route is planned again after each observation. No route within :data:`MAX_COST` actions:
+chain (in actions) that ends on a page showing lines of the hunk not seen yet; the next step is
+its first move, and the route is planned again after each observation until the whole hunk was
+seen. No route within :data:`MAX_COST` actions:
 the place cannot be found the way a student could find it.
+
+Two choices would otherwise rest on what only the teacher knows, so they follow fixed rules a
+student can copy: the searches the issue suggests are made in the issue's order (one that finds
+nothing is shown, and the next follows: a student cannot know beforehand which name is
+defined), and every view is one page of :data:`PAGE` lines from the line a clue names (a
+definition's ``def`` line, else :data:`LEAD_IN` lines above it), never a range cut to where a
+definition or the gold hunk ends.
 """
 
 from __future__ import annotations
 
+import builtins
 import heapq
 import itertools
+import keyword
 import re
 import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from sweflow.agent.actions import Action
 from sweflow.agent.clues import (
@@ -31,6 +41,7 @@ from sweflow.agent.clues import (
     inline_code,
     quoted_names,
     subject,
+    test_id_name,
 )
 from sweflow.agent.source_map import Definition, SourceMap
 from sweflow.agent.tools import BASH, EDITOR
@@ -40,21 +51,21 @@ LEAD_IN = 10  # lines shown above the line a clue points at, inside a long defin
 MAX_DEFINITIONS = 3  # a name defined in more places is too vague a clue to follow
 MAX_HITS = 3  # likewise, a message found on more lines
 MAX_COST = 12  # actions: a place further away than this is not found
+# print, len, import (as in "from x import (a, b)"): never a lead worth searching for
+UNDEFINABLE = frozenset(dir(builtins)) | frozenset(keyword.kwlist)
 NUMBERED = re.compile(r"^ *(\d+)\t(.*)$", re.MULTILINE)  # a line of a ``view`` observation
 
 
 @dataclass(frozen=True)
 class Page:
-    """Lines ``start``..``end`` of a file, as one ``view`` shows them, and the definition they
-    belong to (reading on stays inside it; None: module-level lines, which are not read on)."""
+    """Lines ``start``..``end`` of a file, as one ``view`` shows them, and the definition the
+    clue that led here points into (reading on stays inside it; None: module-level lines,
+    which are not read on)."""
 
     path: str
     start: int
     end: int
     reading: Definition | None = None
-
-    def holds(self, path: str, first: int, last: int) -> bool:
-        return self.path == path and self.start <= first and last <= self.end
 
 
 @dataclass(frozen=True)
@@ -88,13 +99,14 @@ class Knowledge:
     frames: dict[tuple[str, int], str] = field(default_factory=dict)  # frame -> its function
     leads: dict[str, str] = field(default_factory=dict)  # a name to look up -> why
     searched: set[str] = field(default_factory=set)
+    asked: dict[str, str] = field(default_factory=dict)  # the issue's searches, in order -> why
     text: str = ""
 
     def __post_init__(self) -> None:
         # leads in order of preference (a route's first move is the first of equal cost): the
         # failing tests' subjects, what the issue names, what its reproduction calls, ...
         self.text = self.issue
-        named = identifiers("\n".join(inline_code(self.issue)))
+        named = identifiers("\n".join(map(test_id_name, inline_code(self.issue))))
         for word in named:
             if name := subject(word):
                 self.leads.setdefault(name, f"The failing test `{word}` is about `{name}`")
@@ -108,6 +120,11 @@ class Knowledge:
                 self.leads.setdefault(word, f"The error names `{word}`")
         for word in called(self.issue):
             self.leads.setdefault(word, f"The issue mentions `{word}`")
+        for name, why in self.leads.items():
+            if not (name.startswith("__") or subject(name) or name in UNDEFINABLE):
+                self.asked.setdefault(definition_pattern(name), lookup_thought(why))
+        for fragment in fragments(self.issue):
+            self.asked.setdefault(fragment, message_thought(fragment))
 
     def learn(self, move: Move | None, observation: str) -> None:
         """Take in an observation (``move`` None: a run of code, such as the reproduction)."""
@@ -128,13 +145,18 @@ class Knowledge:
         for word in called(observation):
             self.leads.setdefault(word, f"The traceback shows a call to `{word}`")
 
+    def seen(self, path: str) -> dict[int, str]:
+        """The lines of ``path`` the views so far showed, by number."""
+        lines: dict[int, str] = {}
+        for page, observation in self.pages.items():
+            if page.path == path:
+                lines.update((int(m[1]), m[2]) for m in NUMBERED.finditer(observation))
+        return lines
+
     def shown(self, target: Target) -> str | None:
         """The file text around the target as the views showed it (the run of lines seen
         without a gap that holds the whole target), or None while some of it is unseen."""
-        seen: dict[int, str] = {}
-        for page, observation in self.pages.items():
-            if page.path == target.path:
-                seen.update((int(m[1]), m[2]) for m in NUMBERED.finditer(observation))
+        seen = self.seen(target.path)
         if not all(n in seen for n in range(target.first, target.last + 1)):
             return None
         first, last = target.first, target.last
@@ -153,104 +175,116 @@ class Router:
         self.workdir = workdir.rstrip("/")
 
     def next_move(self, known: Knowledge, target: Target) -> Move | None:
-        """The first move of the cheapest route to a page showing ``target``; None: none."""
+        """The first move of the cheapest route to a page showing lines of ``target`` not yet
+        seen (a hunk across two pages takes two routes, the second mostly reading on); None:
+        there is none."""
+        seen = known.seen(target.path)
+        unseen = [n for n in range(target.first, target.last + 1) if n not in seen]
         order = itertools.count()
         queue: list[tuple[int, int, Page, Move]] = []
-        for cost, page, move in self._from_knowledge(known, target):
+        for cost, page, move in self._from_knowledge(known):
             heapq.heappush(queue, (cost, next(order), page, move))
         settled: set[Page] = set()
         while queue:
             cost, _, page, first = heapq.heappop(queue)
             if page in settled or cost > MAX_COST:
                 continue
-            if page.holds(target.path, target.first, target.last):
+            if page.path == target.path and any(page.start <= n <= page.end for n in unseen):
                 return first
             settled.add(page)
-            for step, following in self._from_page(page, known, target):
+            for step, following in self._from_page(page, known):
                 heapq.heappush(queue, (cost + step, next(order), following, first))
         return None
 
     # -- edges ------------------------------------------------------------------------------
-    def _from_knowledge(self, known: Knowledge, target: Target) -> Iterator[tuple[int, Page, Move]]:
+    def _from_knowledge(self, known: Knowledge) -> Iterator[tuple[int, Page, Move]]:
         views: list[tuple[Page, str]] = []
         for (path, line), func in known.frames.items():
             if path in self.source.lines:
                 why = f"The traceback goes through `{func}` in {path} at line {line}"
-                views.append((self.page_at(path, line, target), f"{why}; let me look there."))
+                views.append((self.page_at(path, line, LEAD_IN), f"{why}; let me look there."))
         for (path, line), term in known.hits.items():
             if path in self.source.lines:
                 thought = self._hit_thought(path, line, term)
-                views.append((self.page_at(path, line, target), thought))
+                lead_in = 0 if term.startswith(DEFINITION) else LEAD_IN
+                views.append((self.page_at(path, line, lead_in), thought))
         for page in known.pages:
-            views.extend(self._scrolls(page, target))
+            views.extend(self._scrolls(page))
         for page, thought in views:
             if page not in known.pages:
                 yield 1, page, self.view(page, thought)
+        yield from self._asked(known)
         for name, why in known.leads.items():
             term = definition_pattern(name)
-            if term not in known.searched:
-                for page in self._definitions(name, target):
-                    yield 2, page, self.search(term, f"{why}; let me find where it is defined.")
+            if term not in known.searched and term not in known.asked:
+                for page in self._definitions(name):
+                    yield 2, page, self.search(term, lookup_thought(why))
         for fragment in fragments(known.text):
-            hits = self.source.containing(fragment)
-            if fragment not in known.searched and 0 < len(hits) <= MAX_HITS:
-                thought = f'The error says "{fragment}"; let me find where that comes from.'
-                for path, line in hits:
-                    yield 2, self.page_at(path, line, target), self.search(fragment, thought)
+            if fragment not in known.searched and fragment not in known.asked:
+                for page in self._found(fragment):
+                    yield 2, page, self.search(fragment, message_thought(fragment))
 
-    def _from_page(
-        self, page: Page, known: Knowledge, target: Target
-    ) -> Iterator[tuple[int, Page]]:
-        yield from ((1, following) for following, _ in self._scrolls(page, target))
+    def _asked(self, known: Knowledge) -> Iterator[tuple[int, Page, Move]]:
+        """The pages the issue's searches lead to. Reaching the k-th one not yet made costs the
+        k - 1 before it too, as the next move is always the first of them."""
+        waiting = [(term, why) for term, why in known.asked.items() if term not in known.searched]
+        if not waiting:
+            return
+        first = self.search(*waiting[0])
+        for before, (term, _) in enumerate(waiting):
+            if term.startswith(DEFINITION):
+                pages = self._definitions(term[len(DEFINITION) : -2])
+            else:
+                pages = self._found(term)
+            for page in pages:
+                yield 2 + before, page, first
+
+    def _from_page(self, page: Page, known: Knowledge) -> Iterator[tuple[int, Page]]:
+        yield from ((1, following) for following, _ in self._scrolls(page))
         text = "\n".join(self.source.lines[page.path][page.start - 1 : page.end])
         for name in called(text):
             cost = 1 if definition_pattern(name) in known.searched else 2
-            yield from ((cost, following) for following in self._definitions(name, target))
+            yield from ((cost, following) for following in self._definitions(name))
 
-    def _definitions(self, name: str, target: Target) -> list[Page]:
+    def _definitions(self, name: str) -> list[Page]:
         found = self.source.by_name.get(name, [])
         if len(found) > MAX_DEFINITIONS or name.startswith("__"):
             return []
-        return [self.page_at(d.path, d.start, target) for d in found]
+        return [self.page_at(d.path, d.start, 0) for d in found]
 
-    def _scrolls(self, page: Page, target: Target) -> Iterator[tuple[Page, str]]:
+    def _found(self, fragment: str) -> list[Page]:
+        """The pages around the lines holding a message's words (none: too many lines do)."""
+        hits = self.source.containing(fragment)
+        if len(hits) > MAX_HITS:
+            return []
+        return [self.page_at(path, line, LEAD_IN) for path, line in hits]
+
+    def _scrolls(self, page: Page) -> Iterator[tuple[Page, str]]:
         """Reading on (or back) inside the definition the page belongs to."""
         held = page.reading
         if held is None:
             return
         if page.end < held.end:
-            below = replace(page, start=page.end + 1, end=min(held.end, page.end + PAGE))
             thought = f"`{held.name}` goes on below line {page.end}; let me read on."
-            yield self.fit(below, target), thought
+            yield self.page_from(page.path, page.end + 1, held), thought
         if page.start > held.start:
-            above = replace(page, start=max(held.start, page.start - PAGE), end=page.start - 1)
             thought = f"Let me read `{held.name}` above line {page.start}."
-            yield self.fit(above, target), thought
+            yield self.page_from(page.path, page.start - PAGE, held), thought
 
     # -- pages and actions ------------------------------------------------------------------
-    def page_at(self, path: str, line: int, target: Target) -> Page:
-        """The page a clue pointing at ``line`` leads to: the whole definition holding it when
-        it is short, else from a little above the line."""
-        held = self.source.enclosing(path, line)
-        if held is None:
-            start = max(1, line - LEAD_IN)
-            end = min(self.source.length(path), start + PAGE - 1)
-            return self.fit(Page(path, start, end), target)
-        if held.end - held.start < PAGE:
-            return self.fit(Page(path, held.start, held.end, held), target)
-        start = max(held.start, line - LEAD_IN)
-        return self.fit(Page(path, start, min(held.end, start + PAGE - 1), held), target)
+    def page_at(self, path: str, line: int, lead_in: int) -> Page:
+        """The page a clue naming ``line`` leads to: from ``lead_in`` lines above it, read as
+        part of the definition holding the line."""
+        return self.page_from(path, line - lead_in, self.source.enclosing(path, line))
 
-    @staticmethod
-    def fit(page: Page, target: Target) -> Page:
-        """A page that shows part of the target is widened to show all of it."""
-        if page.path != target.path or page.end < target.first or page.start > target.last:
-            return page
-        return replace(page, start=min(page.start, target.first), end=max(page.end, target.last))
+    def page_from(self, path: str, start: int, reading: Definition | None) -> Page:
+        """The page a view from line ``start`` shows."""
+        start = max(1, start)
+        return Page(path, start, min(self.source.length(path), start + PAGE - 1), reading)
 
     def view(self, page: Page, thought: str) -> Move:
         args = {"command": "view", "path": self.absolute(page.path)}
-        args["view_range"] = [page.start, page.end]
+        args["view_range"] = [page.start, page.start + PAGE - 1]  # the editor stops at the end
         about = f"`{page.reading.name}`" if page.reading else f"The code in {page.path}"
         return Move(thought, Action(EDITOR, args), page=page, about=about)
 
@@ -277,3 +311,11 @@ DEFINITION = "(def|class) "
 def definition_pattern(name: str) -> str:
     """The ``grep -E`` pattern of the line that defines ``name``."""
     return rf"{DEFINITION}{name}\b"
+
+
+def lookup_thought(why: str) -> str:
+    return f"{why}; let me find where it is defined."
+
+
+def message_thought(fragment: str) -> str:
+    return f'The error says "{fragment}"; let me find where that comes from.'
