@@ -252,8 +252,13 @@ def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):
         (['{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": null},'
           ' {"role": "assistant", "content": "ok"}]}'],
          ["line 1: message 2 (user) has null content"]),
+        (['{"messages": [{"role": "user", "content": "u", "weight": 1},'
+          ' {"role": "assistant", "content": "ok"}]}',
+          '{"messages": [{"role": "user", "content": "u"},'
+          ' {"role": "assistant", "content": "ok", "weight": 0.5}]}'],
+         ["line 1: message 1 (user) has weight 1", "line 2: message 2 (assistant) has weight 0.5"]),
     ],
-    ids=["garbage and no roles", "null content"],
+    ids=["garbage and no roles", "null content", "weights"],
 )  # fmt: skip
 def test_data_no_line_of_which_can_train_names_each_line(tiny_smollm2, tmp_path, lines, named):
     """Both said "no resolved trajectories... collect with a stronger teacher" (or, for null
@@ -301,3 +306,18 @@ def test_assistant_turns_alone_are_trained(tiny_smollm2, sft_jsonl):
         strict=True,
     ):
         assert encoded.tokens[:length] == encoder.prompt_tokens(record["messages"][:i])
+
+
+def test_a_turn_of_weight_0_is_context_and_not_trained(tiny_smollm2, sft_jsonl):
+    """OpenAI's fine-tuning format: ``weight: 0`` on an assistant turn (a student's own step
+    that a teacher's reply corrects) leaves it in the sequence, untrained."""
+    record = json.loads(sft_jsonl.read_text().splitlines()[0])
+    encoder = ChatEncoder(tiny_smollm2)
+    turns = [i for i, m in enumerate(record["messages"]) if m["role"] == "assistant"]
+    messages = [dict(m) for m in record["messages"]]
+    messages[turns[0]]["weight"] = 0
+    encoded = encoder.encode(messages, record.get("tools"))
+    assert encoded.tokens == encoder.encode(record["messages"], record.get("tools")).tokens
+    trained = [t for t, keep in zip(encoded.tokens, encoded.trained, strict=True) if keep]
+    replies = [record["messages"][i]["content"] for i in turns[1:]]
+    assert encoder.tokenizer.decode(trained) == "".join(f"{r}<|im_end|>" for r in replies)

@@ -125,7 +125,8 @@ class ChatEncoder:
         return self.tokenize(self.render(messages, tools, prompt=True))
 
     def encode(self, messages: Messages, tools: Messages | None = None) -> Encoded:
-        """The whole conversation's tokens with its assistant turns marked as trained."""
+        """The whole conversation's tokens with its assistant turns marked as trained, but for
+        those of ``weight`` 0 (OpenAI's fine-tuning format: a turn that is context only)."""
         text = self.render(messages, tools, prompt=False)
         spans, prompts = [], []
         for i, message in enumerate(messages):
@@ -135,7 +136,8 @@ class ChatEncoder:
             through = self.render(messages[: i + 1], tools, prompt=False)
             if not (text.startswith(prefix) and text.startswith(through)):
                 raise DriftError(f"the chat template renders turn {i} differently in context")
-            spans.append((len(prefix), self._turn_end(through, len(prefix))))
+            if message.get("weight", 1):
+                spans.append((len(prefix), self._turn_end(through, len(prefix))))
             prompts.append(prefix)
             self._check_actions(message, through[len(prefix) :], i)
         encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)

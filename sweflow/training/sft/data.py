@@ -98,10 +98,13 @@ def _record_problem(record: Any) -> str | None:
 
 def _message_problem(message: Any) -> str | None:
     """A message the chat template cannot render as the served model sees it: no role, or no
-    text (null content is the OpenAI form only of an assistant turn that calls tools)."""
+    text (null content is the OpenAI form only of an assistant turn that calls tools); or a
+    ``weight`` other than OpenAI's 0 or 1 on an assistant turn."""
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         return "has no role"
     role, content = message["role"], message.get("content")
+    if "weight" in message and (role != "assistant" or message["weight"] not in (0, 1)):
+        return f"({role}) has weight {message['weight']!r}: only an assistant turn's, 0 or 1"
     if isinstance(content, str):
         return None
     if content is None and role == "assistant" and message.get("tool_calls"):
