@@ -8,6 +8,7 @@ replayed in both tool modes and graded. (The imitability check itself: its own t
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -112,6 +113,61 @@ def test_the_issues_searches_go_in_its_order_and_views_are_plain_pages(
     assert found.args["command"] == r"grep -rnE '(def|class) second\b' --include='*.py' ."
     assert view.args["path"] == "/testbed/calc.py" and view.args["view_range"] == [11, 50]
     assert traj.imitable is not None and traj.imitable.fraction == 1.0, traj.imitable
+
+
+def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
+    sandbox_spec, open_local, twin_layer
+) -> None:
+    """DAgger: a (scripted) student's run, labelled by the teacher. Where the student did what
+    the teacher would (its first search), nothing is kept; where it did not, the conversation
+    so far with the student's replies untrained, plus the teacher's reply from that state, is
+    an SFT record: the search it should have made, then (once the student's own view showed
+    the place) the edit; after the student's own edit, nothing more."""
+    from sweflow.agent import ModelClient, ModelConfig
+    from sweflow.agent.corrections import corrections
+    from sweflow.agent.scripted import scripted_endpoint
+    from sweflow.agent.source_map import SourceMap
+
+    layer, patch = twin_layer
+    issue = "- `tests/test_calc.py::test_totals`: AssertionError: 3 != 6\n- `test_second` too\n"
+    row = Instance(instance_id="demo__calc-4", repo="demo/calc", base_commit="HEAD",
+                   problem_statement=issue, patch=patch)  # fmt: skip
+    student = [
+        r"grep -rnE '(def|class) totals\b' --include='*.py' .",  # as the teacher would
+        "cat calc.py",
+        "str_replace_editor view /testbed/calc.py --view_range '[1, 40]'",
+        "str_replace_editor str_replace /testbed/calc.py --old_str 'a = 1' --new_str 'a = 2'",
+        "submit",
+    ]
+    script = layer.parent / "student.json"
+    turns = [{"content": f"THOUGHT: next.\n\n```bash\n{c}\n```"} for c in student]
+    script.write_text(json.dumps({"default": turns, "scripts": []}))
+
+    async def go(url: str) -> Trajectory:
+        client = ModelClient(ModelConfig(base_url=url, model="student", retry_budget_s=5))
+        try:
+            sandbox = open_local(sandbox_spec(layer))
+            return await run_agent(row, sandbox, client, AgentConfig(tool_mode="text"))
+        finally:
+            await client.close()
+
+    with scripted_endpoint(script, port=0) as (url, _):
+        run = asyncio.run(go(url))
+    assert [s.actions[0].args.get("command", "submit")[:4] for s in run.steps] == [
+        "grep", "cat ", "view", "str_", "subm"]  # fmt: skip
+    source = SourceMap({"calc.py": (layer / "testbed" / "calc.py").read_text()})
+    records = corrections(run, row, source, "/testbed")
+    replies = [r["messages"][-1]["content"] for r in records]
+    assert len(records) == 3, replies
+    assert all("grep -rnE '(def|class) second\\b'" in reply for reply in replies[:2])
+    assert "str_replace_editor str_replace /testbed/calc.py" in replies[2]
+    assert "total += 2 * x" in replies[2]
+    for record in records:
+        context = record["messages"][:-1]
+        assert record["source"] == "correction" and context[0] == run.messages[0]
+        before = run.messages[: len(context)]
+        assert [m["content"] for m in context] == [m["content"] for m in before]
+        assert all(m["weight"] == 0 for m in context if m["role"] == "assistant")
 
 
 def test_a_task_no_clue_leads_to_is_declined_with_its_reason(
@@ -261,3 +317,26 @@ def _diff(name: str, before: str, after: str):
     text = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
                                         f"a/{name}", f"b/{name}"))  # fmt: skip
     return PatchSet(text)[0][0]
+
+
+def test_corrections_of_runs_on_built_tasks_read_each_tasks_source(demo_replays, tmp_path):
+    """The job: a student run that started with `ls` where the teacher would not gets, at its
+    first state, the teacher's own first step (read from the task's sandbox), and is written
+    as SFT data; a run of a task the dataset does not have is refused by name."""
+    from sweflow.agent.jobs import replay_corrections
+    from sweflow.agent.replay import ReplayError
+
+    data, gold = demo_replays
+    golden = Trajectory.load(next((gold / "trajectories").glob("*/run-0.json")))
+    student = golden.model_copy(deep=True)
+    student.steps[0].actions = [ActionRecord(tool="bash", args={"command": "ls"}, observation="")]
+    out = tmp_path / "corrections.jsonl"
+    rows = data.instances
+    assert replay_corrections([student], rows, store=data.store, out=out) >= 1
+    first = json.loads(out.read_text().splitlines()[0])
+    assert first["instance_id"] == golden.instance_id and first["source"] == "correction"
+    teacher = next(m for m in golden.messages if m["role"] == "assistant")
+    assert first["messages"][-1] == teacher
+    stranger = golden.model_copy(update={"instance_id": "nobody__nothing-1"})
+    with pytest.raises(ReplayError, match="nobody__nothing-1"):
+        replay_corrections([stranger], rows, store=data.store, out=out)

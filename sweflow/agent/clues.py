@@ -9,6 +9,7 @@ observation.
 from __future__ import annotations
 
 import ast
+import posixpath
 import re
 from dataclasses import dataclass
 
@@ -126,3 +127,12 @@ def names_path(text: str, path: str, workdir: str) -> bool:
     name ``parse.py``)."""
     prefix = rf"(?:\./|{re.escape(workdir.rstrip('/'))}/)?"
     return re.search(rf"(?<![\w./-]){prefix}{re.escape(path)}(?![\w-])", text) is not None
+
+
+def repo_relative(path: str, workdir: str) -> str:
+    """A path relative to the repository root; "" for the root itself."""
+    root = workdir.rstrip("/")
+    full = posixpath.normpath(posixpath.join(root, path))
+    if full == root:
+        return ""
+    return full[len(root) + 1 :] if full.startswith(root + "/") else full

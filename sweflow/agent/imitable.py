@@ -12,11 +12,10 @@ Actions of one step are judged on what was seen before the step: a model chooses
 
 from __future__ import annotations
 
-import posixpath
 import re
 import shlex
 
-from sweflow.agent.clues import identifiers, names_path
+from sweflow.agent.clues import identifiers, names_path, repo_relative
 from sweflow.agent.tools import BASH, EDITOR
 from sweflow.agent.trajectory import ActionRecord, Imitability, StepRecord
 
@@ -49,7 +48,7 @@ def imitability(issue: str, steps: list[StepRecord], workdir: str) -> Imitabilit
 def _problem(action: ActionRecord, seen: str, workdir: str) -> str | None:
     """None: not checked; "": grounded; else what was not grounded."""
     if action.tool == EDITOR:
-        path = _relative(str(action.args.get("path", "")), workdir)
+        path = repo_relative(str(action.args.get("path", "")), workdir)
         if not path or names_path(seen, path, workdir):
             return ""
         return f"{action.args.get('command')} {path}: not named before"
@@ -65,7 +64,7 @@ def _problem(action: ActionRecord, seen: str, workdir: str) -> str | None:
         return f"{command.splitlines()[0][:80]}: cannot be read"
     if any(tuple(words[: len(s)]) == s for s in SEARCHES):
         return _search_problem(words, seen, workdir)
-    paths = [_relative(p, workdir) for p in PATH_WORD.findall(command)]
+    paths = [repo_relative(p, workdir) for p in PATH_WORD.findall(command)]
     unnamed = [p for p in paths if p and not names_path(seen, p, workdir)]
     if not paths:
         return None
@@ -83,17 +82,8 @@ def _search_problem(words: list[str], seen: str, workdir: str) -> str:
     else:
         terms = [w for w in identifiers(re.sub(r"\\.", " ", pattern)) if w not in STRUCTURE]
     missing = [t for t in terms if t not in seen]
-    relative = [_relative(p, workdir) for p in paths]
+    relative = [repo_relative(p, workdir) for p in paths]
     unnamed = [p for p in relative if p and not names_path(seen, p, workdir)]
     if missing:
         return f"searches for {', '.join(map(repr, missing))}: seen nowhere before"
     return f"searches in {', '.join(unnamed)}: not named before" if unnamed else ""
-
-
-def _relative(path: str, workdir: str) -> str:
-    """A path relative to the repository root; "" for the root itself."""
-    root = workdir.rstrip("/")
-    full = posixpath.normpath(posixpath.join(root, path))
-    if full == root:
-        return ""
-    return full[len(root) + 1 :] if full.startswith(root + "/") else full

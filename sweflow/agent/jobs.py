@@ -138,3 +138,34 @@ def replay_collect(
         grade=grade_with(Grader(store, specs, backend=backend, tamper_guard=True)),
     )
     return asyncio.run(collect(rows, batch))
+
+
+def replay_corrections(
+    runs: list[Trajectory], rows: list[Instance], *, store: Path, out: Path,
+    backend: str = "local",
+) -> int:  # fmt: skip
+    """The replay teacher's corrections of the student's ``runs`` on ``rows``
+    (sweflow.agent.corrections), written to ``out`` as SFT records (JSONL); how many. Each
+    task's source is read from one sandbox of its environment."""
+    from sweflow.agent.corrections import corrections
+    from sweflow.agent.export import write_records
+    from sweflow.agent.replay import ReplayError, gold_files
+    from sweflow.agent.source_map import SourceMap, read_sources
+    from sweflow.envcache.builder import instance_sandbox_spec
+    from sweflow.envcache.store import LayerStore
+    from sweflow.sandbox import open_sandbox
+
+    by_id = {row.instance_id: row for row in rows}
+    if unknown := sorted({r.instance_id for r in runs} - set(by_id)):
+        raise ReplayError(f"runs of tasks not in the dataset: {', '.join(unknown[:3])}")
+    layers, records = LayerStore(store), []
+    for instance_id in dict.fromkeys(r.instance_id for r in runs):
+        row = by_id[instance_id]
+        gold_files(row)  # a gold patch that cannot be read is named before any sandbox opens
+        spec = instance_sandbox_spec(layers, instance_id)
+        with open_sandbox(spec, backend) as sandbox:
+            source = SourceMap(asyncio.run(read_sources(sandbox, spec.workdir)))
+        for run in (r for r in runs if r.instance_id == instance_id):
+            records.extend(corrections(run, row, source, spec.workdir))
+    write_records(out, records)
+    return len(records)

@@ -47,6 +47,7 @@ DEFAULT_TESTS = "python -m pytest"  # the test step of a row without an environm
 NOT_UNIQUE = "appears"  # the editor's word when old_str is found more than once
 
 Plan = Generator[tuple[str, Action], str, None]  # yields (thought, action), receives observation
+REPRODUCE = "Let me run the reproduction from the issue to see the failure for myself."
 
 
 class ReplayModel:
@@ -93,18 +94,23 @@ class ReplayModel:
         )
 
     def _message(self, thought: str, action: Action) -> dict[str, Any]:
-        if self.tool_mode == "text":
-            return {"role": "assistant", "content": text_reply(thought, action)}
-        call = {
-            "id": f"call_replay_{self._calls}",
-            "type": "function",
-            "function": {"name": action.tool, "arguments": json.dumps(action.args)},
-        }
-        return {"role": "assistant", "content": thought, "tool_calls": [call]}
+        return reply_message(thought, action, self.tool_mode, self._calls)
 
     async def close(self) -> None:
         if self._plan is not None:
             self._plan.close()
+
+
+def reply_message(thought: str, action: Action, tool_mode: str, number: int) -> dict[str, Any]:
+    """The teacher's reply as an assistant message of ``tool_mode`` (``number``: its call id)."""
+    if tool_mode == "text":
+        return {"role": "assistant", "content": text_reply(thought, action)}
+    call = {
+        "id": f"call_replay_{number}",
+        "type": "function",
+        "function": {"name": action.tool, "arguments": json.dumps(action.args)},
+    }
+    return {"role": "assistant", "content": thought, "tool_calls": [call]}
 
 
 def text_reply(thought: str, action: Action) -> str:
@@ -134,8 +140,7 @@ def replay_plan(instance: Instance, check: Check, source: SourceMap, workdir: st
     router = Router(source, workdir)
     script = reproduction(instance.problem_statement)
     if script is not None:
-        thought = "Let me run the reproduction from the issue to see the failure for myself."
-        known.learn(None, (yield thought, run_script(script)))
+        known.learn(None, (yield REPRODUCE, run_script(script)))
     for patched in files:
         for target in targets(patched):
             while known.shown(target) is None:
@@ -149,6 +154,28 @@ def replay_plan(instance: Instance, check: Check, source: SourceMap, workdir: st
         yield "Run the reproduction again to check the fix.", run_script(script)
     yield "Run the tests to check that nothing else broke.", _bash(check.line(known.text, workdir))
     yield "The change is made and checked; submit it.", Action(SUBMIT)
+
+
+def next_step(
+    instance: Instance, known: Knowledge, router: Router, source: SourceMap, workdir: str,
+    reproduced: bool,
+) -> tuple[str, Action] | None:  # fmt: skip
+    """What the teacher does next from a state before any edit that ``known`` describes (a
+    student's, sweflow.agent.corrections): run the issue's reproduction if that was not done,
+    move towards the first hunk not fully seen, else make the first edit; None where it sees
+    no way on (it would decline here)."""
+    script = reproduction(instance.problem_statement)
+    if script is not None and not reproduced:
+        return REPRODUCE, run_script(script)
+    files = gold_files(instance)
+    for target in (t for patched in files for t in targets(patched)):
+        if known.shown(target) is None:
+            move = router.next_move(known, target)
+            return None if move is None else (move.thought, move.action)
+    try:
+        return next(_replay_file(files[0], known, source, workdir))
+    except Declined:
+        return None
 
 
 def targets(patched: PatchedFile) -> list[Target]:

@@ -1,0 +1,112 @@
+"""The replay teacher's corrections of a student's own runs (DAgger: Ross, Gordon and Bagnell,
+2011), as SFT data.
+
+A student fine-tuned on the teacher's trajectories has only seen states the teacher reached. On
+its own it soon stands where no golden step starts (a search that found nothing, a page beside
+the place), and nothing it learned says what to do from there: the fine-tuned SmolLM2 answered
+a search that found nothing with a hit it made up. Here the teacher labels the states of the
+student's run before its first edit: for each, what the teacher would do next knowing what the
+run has seen (sweflow.agent.replay.next_step). Where that differs from what the student did,
+the conversation up to that step, the student's replies kept as context (``weight`` 0), plus
+the teacher's reply, is one SFT record: what the student has to learn.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from sweflow.agent.actions import Action, same_actions
+from sweflow.agent.clues import repo_relative, reproduction
+from sweflow.agent.imitable import HEREDOC
+from sweflow.agent.replay import next_step, reply_message
+from sweflow.agent.replay_route import Knowledge, Move, Page, Router
+from sweflow.agent.source_map import SourceMap
+from sweflow.agent.tools import BASH, EDITOR
+from sweflow.agent.trajectory import ActionRecord, Trajectory
+from sweflow.instances import Instance
+
+SOURCE = "correction"  # the ``source`` of a correction's SFT record
+# commands that only read (and run code); anything else may have changed the repository
+READS = {"grep", "cat", "ls", "find", "head", "tail", "wc", "python", "python3", "pytest"}
+GIT_READS = {"status", "diff", "log", "show", "grep"}
+
+
+def corrections(
+    run: Trajectory, instance: Instance, source: SourceMap, workdir: str
+) -> list[dict[str, Any]]:
+    """SFT records of the teacher's corrections along ``run`` (the student's), in step order."""
+    known = Knowledge(instance.problem_statement, workdir)
+    router = Router(source, workdir)
+    replies = [i for i, m in enumerate(run.messages) if m.get("role") == "assistant"]
+    records, reproduced = [], reproduction(instance.problem_statement) is None
+    for step, at in zip(run.steps, replies, strict=False):
+        label = next_step(instance, known, router, source, workdir, reproduced)
+        if label is None:
+            break
+        thought, action = label
+        if not same_actions([action], step.actions):
+            reply = reply_message(thought, action, run.tool_mode, step.index)
+            records.append(_record(run, at, reply))
+        for done in step.actions:  # none when the reply did not parse
+            if not _absorb(known, done, source, workdir):
+                return records
+            reproduced = reproduced or (done.tool == BASH and _feeds_python(done))
+    return records
+
+
+def _feeds_python(done: ActionRecord) -> bool:
+    """A script fed to Python on stdin: the issue's reproduction, or the student's own version
+    of it (its output is what the teacher wanted to see)."""
+    return HEREDOC.match(str(done.args.get("command", "")).strip()) is not None
+
+
+def _record(run: Trajectory, at: int, reply: dict[str, Any]) -> dict[str, Any]:
+    """The conversation before the reply at message ``at``, the student's turns untrained."""
+    context = [{**m, "weight": 0} if m.get("role") == "assistant" else m for m in run.messages[:at]]
+    record: dict[str, Any] = {
+        "instance_id": run.instance_id,
+        "source": SOURCE,
+        "tool_mode": run.tool_mode,
+        "messages": [*context, reply],
+    }
+    if run.tools:
+        record["tools"] = run.tools
+    return record
+
+
+def _absorb(known: Knowledge, done: ActionRecord, source: SourceMap, workdir: str) -> bool:
+    """Take in what one of the student's actions showed; False for one that changes the
+    repository or ends the run (the teacher's plan no longer holds after it)."""
+    action = Action(done.tool, done.args)
+    if done.tool == EDITOR and done.args.get("command") == "view":
+        path = repo_relative(str(done.args.get("path", "")), workdir)
+        if path in source.lines and done.observation.startswith("Here is the result"):
+            known.learn(Move("", action, page=_viewed(path, done.args, source)), done.observation)
+        return True
+    if done.tool != BASH:
+        return False
+    try:
+        words = shlex.split(str(done.args.get("command", "")))
+    except ValueError:
+        words = []
+    reads = words[:1] == ["git"] and words[1:2] and words[1] in GIT_READS
+    if not (reads or (words and words[0] in READS)) or {">", ">>", "tee"} & set(words):
+        return False
+    if words[:1] == ["grep"]:
+        operands = [w for w in words[1:] if not w.startswith("-")]
+        known.learn(Move("", action, term=operands[0] if operands else ""), done.observation)
+    else:
+        known.learn(None, done.observation)
+    return True
+
+
+def _viewed(path: str, args: dict[str, Any], source: SourceMap) -> Page:
+    """The page a student's ``view`` showed (the whole file without a range)."""
+    length = source.length(path)
+    view_range = args.get("view_range")
+    if not (isinstance(view_range, list) and len(view_range) == 2):
+        return Page(path, 1, length)
+    start = max(1, int(view_range[0]))
+    end = length if view_range[1] == -1 else min(length, int(view_range[1]))
+    return Page(path, start, end, source.enclosing(path, start))
