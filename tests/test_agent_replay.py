@@ -170,6 +170,21 @@ def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
         assert all(m["weight"] == 0 for m in context if m["role"] == "assistant")
 
 
+def test_a_replay_longer_than_the_agents_step_limit_is_declined(
+    sandbox_spec, open_local, twin_layer
+) -> None:
+    """Cut by ``max_steps``, a replay would be kept without its submit (a golden run that
+    teaches running out of steps): the teacher declines at the last step instead."""
+    layer, patch = twin_layer
+    row = Instance(instance_id="demo__calc-5", repo="demo/calc", base_commit="HEAD",
+                   problem_statement="second() must double", patch=patch)  # fmt: skip
+    sandbox = open_local(sandbox_spec(layer))
+    model = ReplayModel(row, "text", Check("true"), max_steps=3)
+    traj = asyncio.run(run_agent(row, sandbox, model, AgentConfig(tool_mode="text", max_steps=3)))
+    assert traj.exit_status == "declined" and len(traj.steps) == 2, traj.exit_status
+    assert traj.error == "the replay needs more than the agent's 3 steps"
+
+
 def test_a_task_no_clue_leads_to_is_declined_with_its_reason(
     sandbox_spec, twin_layer, tmp_path
 ) -> None:

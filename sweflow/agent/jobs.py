@@ -123,14 +123,15 @@ def replay_collect(
     from sweflow.envcache.store import LayerStore
     from sweflow.grading import Grader
 
-    client_for, skipped = replay_clients(rows, tool_mode, specs)
+    agent = AgentConfig(tool_mode=tool_mode)
+    client_for, skipped = replay_clients(rows, tool_mode, specs, agent.max_steps)
     if skipped:
         raise ReplayError("; ".join(skipped.values()))
     layers = LayerStore(store)
     batch = Batch(
         client=None,
         client_for=client_for,
-        agent=AgentConfig(tool_mode=tool_mode),
+        agent=agent,
         out_dir=out_dir,
         spec_for=lambda row: instance_sandbox_spec(layers, row.instance_id),
         max_open_sandboxes=max_open_sandboxes,

@@ -57,10 +57,13 @@ class ReplayModel:
     source = "replay"
     name = "replay"
 
-    def __init__(self, instance: Instance, tool_mode: ToolMode, check: Check) -> None:
+    def __init__(
+        self, instance: Instance, tool_mode: ToolMode, check: Check, max_steps: int | None = None
+    ) -> None:
         self.instance = instance
         self.tool_mode = tool_mode
         self.check = check
+        self.max_steps = max_steps  # the agent's: a replay cut short by it teaches no submit
         self._plan: Plan | None = None
         self._started = False
         self._calls = 0
@@ -84,6 +87,9 @@ class ReplayModel:
                 thought, action = self._plan.send(observation)
         except StopIteration:
             thought, action = "The change is made.", Action(SUBMIT)
+        last = self.max_steps is not None and self._calls + 1 >= self.max_steps
+        if last and action.tool != SUBMIT:
+            raise Declined(f"the replay needs more than the agent's {self.max_steps} steps")
         self._calls += 1
         return Completion(
             message=self._message(thought, action),
@@ -348,11 +354,12 @@ def quiet(test_command: str) -> str:
 
 
 def replay_clients(
-    rows: list[Instance], tool_mode: ToolMode, specs: SpecTable | None
+    rows: list[Instance], tool_mode: ToolMode, specs: SpecTable | None, max_steps: int | None = None
 ) -> tuple[Callable[[Instance], ReplayModel], dict[str, str]]:
     """A Batch's ``client_for`` that replays each row, and {instance id: why not} for the rows
     whose gold patch cannot be replayed (checked here, before any sandbox opens). The test step
-    uses the row's environment spec's test command (pytest for rows without a spec)."""
+    uses the row's environment spec's test command (pytest for rows without a spec); a replay
+    that would not submit within the agent's ``max_steps`` is declined."""
     skipped: dict[str, str] = {}
     for row in rows:
         try:
@@ -365,6 +372,6 @@ def replay_clients(
             command = specs.get(row.repo, row.version or "").test_cmd if specs else DEFAULT_TESTS
         except SpecError:
             command = DEFAULT_TESTS
-        return ReplayModel(row, tool_mode, replay_check(row, command or DEFAULT_TESTS))
+        return ReplayModel(row, tool_mode, replay_check(row, command or DEFAULT_TESTS), max_steps)
 
     return client_for, skipped

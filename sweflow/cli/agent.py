@@ -303,7 +303,8 @@ def _replayable(
     """Set the batch up to replay each row's gold patch; rows that cannot be are named, left out."""
     from sweflow.agent.replay import replay_clients
 
-    client_for, skipped = replay_clients(rows, options["agent"].tool_mode, builder.specs)
+    agent = options["agent"]
+    client_for, skipped = replay_clients(rows, agent.tool_mode, builder.specs, agent.max_steps)
     for why in skipped.values():
         console.print(f"[yellow]skipped (cannot replay):[/] {why}", highlight=False)
     options["client_for"] = client_for

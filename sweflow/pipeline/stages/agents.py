@@ -123,7 +123,7 @@ def _teacher_options(
         model = ModelConfig(base_url=teacher.url, model=teacher.model,
                             api_key=teacher.api_key(), **sampling)  # fmt: skip
         return rows, {"model": model, "tool_mode": mode}
-    client_for, skipped = replay_clients(rows, mode, specs)
+    client_for, skipped = replay_clients(rows, mode, specs, config.agent.max_steps)
     for instance_id, why in skipped.items():
         ctx.progress(0, len(rows), f"cannot replay {instance_id}: {why}")
     kept = [row for row in rows if row.instance_id not in skipped]
