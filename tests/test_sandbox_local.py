@@ -260,6 +260,29 @@ def test_user_namespaces_disabled_is_a_clear_error(bookworm_rootfs, tmp_path):
     assert list((tmp_path / "state").iterdir()) == []
 
 
+def test_the_inits_ready_may_come_before_the_keepers_pid() -> None:
+    """The init runs in new namespaces while its keeper reports its pid; on a loaded host the
+    init's "ready" reached the control pipe first, the wait for "pid" threw it away, and the
+    sandbox failed after 120 s with its init long ready (seen in CI, 2026-11-26: "did not report
+    'ready' ... state S, in do_wait"). Both messages are read here in that order."""
+    import select
+
+    from sweflow.sandbox.local.backend import LocalSandbox
+
+    read_end, write_end = os.pipe()
+    sandbox = LocalSandbox.__new__(LocalSandbox)  # its control channel alone
+    sandbox.id, sandbox.init_pid, sandbox._ctl, sandbox._ctl_buf = "t", os.getpid(), read_end, b""
+    sandbox._poll = select.poll()
+    sandbox._poll.register(read_end, select.POLLIN)
+    try:
+        os.write(write_end, b"ready 7\npid 4242\n")
+        assert sandbox._await_ctl("pid", 2.0) == ["4242"]
+        assert sandbox._await_ctl("ready", 2.0) == ["7"]
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 def test_a_sandbox_that_never_becomes_ready_is_named_with_where_its_init_waits() -> None:
     """The start error says what the stuck process was doing (state, and the top of its kernel
     stack when the host lets root read it), or that it is gone."""

@@ -161,18 +161,23 @@ class LocalSandbox(Sandbox):
         self.root = f"/proc/{self.init_pid}/root"
 
     def _await_ctl(self, word: str, timeout: float) -> list[str]:
-        """Wait for the control message ``word`` from the init; fail with its stderr if it dies."""
+        """Wait for the control message ``word`` from the init; fail with its stderr if it dies.
+        Other messages stay for their own wait: the init (in its new namespaces) may report
+        "ready" before the keeper reports its pid, and a loaded host sees them in that order."""
         deadline = time.monotonic() + timeout
+        others = b""
         while True:
             line, sep, rest = self._ctl_buf.partition(b"\n")
             if sep:
-                self._ctl_buf = rest
                 fields = line.decode().split()
-                if fields[0] == word:
+                if fields and fields[0] == word:
+                    self._ctl_buf = others + rest
                     return fields[1:]
+                others, self._ctl_buf = others + line + sep, rest
                 continue
             left = deadline - time.monotonic()
             if left <= 0:
+                self._ctl_buf = others + self._ctl_buf
                 raise SandboxStartError(
                     f"sandbox {self.id} did not report {word!r} within {timeout} s"
                     f"{_blocked_in(self.init_pid if word == 'ready' else self._proc.pid)}"
