@@ -159,10 +159,12 @@ def replay_corrections(
     by_id = {row.instance_id: row for row in rows}
     if unknown := sorted({r.instance_id for r in runs} - set(by_id)):
         raise ReplayError(f"runs of tasks not in the dataset: {', '.join(unknown[:3])}")
+    tasks = list(dict.fromkeys(r.instance_id for r in runs))
+    for instance_id in tasks:  # a gold patch that cannot be read is named before any sandbox opens
+        gold_files(by_id[instance_id])
     layers, records = LayerStore(store), []
-    for instance_id in dict.fromkeys(r.instance_id for r in runs):
+    for instance_id in tasks:
         row = by_id[instance_id]
-        gold_files(row)  # a gold patch that cannot be read is named before any sandbox opens
         spec = instance_sandbox_spec(layers, instance_id)
         with open_sandbox(spec, backend) as sandbox:
             source = SourceMap(asyncio.run(read_sources(sandbox, spec.workdir)))
