@@ -121,6 +121,12 @@ def reproduction(text: str) -> str | None:
     return None
 
 
+def grep_operands(words: list[str]) -> list[str]:
+    """A grep command's operands, its pattern first and then its paths: the words after
+    ``grep`` that are not options."""
+    return [w for w in words[1:] if not w.startswith("-") and w != "grep"]
+
+
 def names_path(text: str, path: str, workdir: str) -> bool:
     """Whether ``text`` names repository file ``path`` (relative): as itself, ``./path`` or
     under ``workdir``, never as the tail of another path (``tests/test_parse.py`` does not

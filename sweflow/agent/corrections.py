@@ -17,7 +17,7 @@ import shlex
 from typing import Any
 
 from sweflow.agent.actions import Action, same_actions
-from sweflow.agent.clues import repo_relative, reproduction
+from sweflow.agent.clues import grep_operands, repo_relative, reproduction
 from sweflow.agent.imitable import HEREDOC
 from sweflow.agent.replay import next_step, reply_message
 from sweflow.agent.replay_route import Knowledge, Move, Page, Router
@@ -94,7 +94,7 @@ def _absorb(known: Knowledge, done: ActionRecord, source: SourceMap, workdir: st
     if not (reads or (words and words[0] in READS)) or {">", ">>", "tee"} & set(words):
         return False
     if words[:1] == ["grep"]:
-        operands = [w for w in words[1:] if not w.startswith("-")]
+        operands = grep_operands(words)
         known.learn(Move("", action, term=operands[0] if operands else ""), done.observation)
     else:
         known.learn(None, done.observation)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from sweflow.agent.clues import identifiers, names_path, repo_relative
+from sweflow.agent.clues import grep_operands, identifiers, names_path, repo_relative
 from sweflow.agent.tools import BASH, EDITOR
 from sweflow.agent.trajectory import ActionRecord, Imitability, StepRecord
 
@@ -73,7 +73,7 @@ def _problem(action: ActionRecord, seen: str, workdir: str) -> str | None:
 
 def _search_problem(words: list[str], seen: str, workdir: str) -> str:
     flags = "".join(w[1:] for w in words if w.startswith("-") and not w.startswith("--"))
-    operands = [w for w in words[1:] if not w.startswith("-") and w != "grep"]
+    operands = grep_operands(words)
     if not operands:
         return ""
     pattern, paths = operands[0], operands[1:]
