@@ -111,11 +111,13 @@ def replay_collect(
     tool_mode: ToolMode = "text",
     backend: str = "local",
     max_open_sandboxes: int = 4,
+    max_steps: int | None = None,
 ) -> JobSummary:
     """``collect`` with the replay teacher on built rows: each gold patch reached and made
     through the agent's tools and graded (golden trajectories without a model). Rows whose gold
     patch cannot be read raise, naming them; rows the teacher declines (no clue leads to a place
-    the patch changes) are in the summary's ``skipped``, with why."""
+    the patch changes, or a route longer than ``max_steps``, the student's limit; None: the
+    agent's default) are in the summary's ``skipped``, with why."""
     from sweflow.agent.batch import grade_with
     from sweflow.agent.config import AgentConfig
     from sweflow.agent.replay import ReplayError, replay_clients
@@ -123,7 +125,7 @@ def replay_collect(
     from sweflow.envcache.store import LayerStore
     from sweflow.grading import Grader
 
-    agent = AgentConfig(tool_mode=tool_mode)
+    agent = AgentConfig(tool_mode=tool_mode, **({"max_steps": max_steps} if max_steps else {}))
     client_for, skipped = replay_clients(rows, tool_mode, specs, agent.max_steps)
     if skipped:
         raise ReplayError("; ".join(skipped.values()))
@@ -150,25 +152,32 @@ def replay_corrections(
     task's source is read from one sandbox of its environment."""
     from sweflow.agent.corrections import corrections
     from sweflow.agent.export import write_records
-    from sweflow.agent.replay import ReplayError, gold_files
     from sweflow.agent.source_map import SourceMap, read_sources
     from sweflow.envcache.builder import instance_sandbox_spec
     from sweflow.envcache.store import LayerStore
     from sweflow.sandbox import open_sandbox
 
-    by_id = {row.instance_id: row for row in rows}
-    if unknown := sorted({r.instance_id for r in runs} - set(by_id)):
-        raise ReplayError(f"runs of tasks not in the dataset: {', '.join(unknown[:3])}")
-    tasks = list(dict.fromkeys(r.instance_id for r in runs))
-    for instance_id in tasks:  # a gold patch that cannot be read is named before any sandbox opens
-        gold_files(by_id[instance_id])
     layers, records = LayerStore(store), []
-    for instance_id in tasks:
-        row = by_id[instance_id]
-        spec = instance_sandbox_spec(layers, instance_id)
+    for row in corrected_tasks(runs, rows):
+        spec = instance_sandbox_spec(layers, row.instance_id)
         with open_sandbox(spec, backend) as sandbox:
             source = SourceMap(asyncio.run(read_sources(sandbox, spec.workdir)))
-        for run in (r for r in runs if r.instance_id == instance_id):
+        for run in (r for r in runs if r.instance_id == row.instance_id):
             records.extend(corrections(run, row, source, spec.workdir))
     write_records(out, records)
     return len(records)
+
+
+def corrected_tasks(runs: list[Trajectory], rows: list[Instance]) -> list[Instance]:
+    """The rows ``runs`` are runs of, in run order; a run of a task not in ``rows``, or a task
+    whose gold patch the teacher cannot read, raises a ReplayError naming it (before any sandbox
+    opens)."""
+    from sweflow.agent.replay import ReplayError, gold_files
+
+    by_id = {row.instance_id: row for row in rows}
+    if unknown := sorted({r.instance_id for r in runs} - set(by_id)):
+        raise ReplayError(f"runs of tasks not in the dataset: {', '.join(unknown[:3])}")
+    tasks = [by_id[iid] for iid in dict.fromkeys(r.instance_id for r in runs)]
+    for row in tasks:
+        gold_files(row)
+    return tasks

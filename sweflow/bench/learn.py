@@ -6,12 +6,16 @@ the demo set, toolz held out, when data/learn is absent) goes through the traini
 1. golden trajectories from the replay teacher on the train tasks (text mode, tamper guard on),
    and the share of their steps a student could imitate;
 2. SFT of SmolLM2-135M-Instruct on them (torchtune);
-3. the base model, the SFT model and the SFT+RL model, each served by vLLM as ``infer`` serves
-   it, run as the agent with the same limits on the held-out tasks (projects never trained
-   on); per model the run scores of sweflow.agent.scores as counts and rates;
-4. "can RL learn at all": on train tasks the SFT model resolves sometimes (a rate strictly
+3. one round of the teacher's corrections (DAgger, sweflow.agent.corrections): the fine-tuned
+   model runs on train tasks, the teacher labels the states of its runs where it strayed, and
+   SFT goes on from that model on the golden trajectories plus the corrections: the SFT model;
+4. the base model, the SFT model before its corrections and after (and the SFT+RL model),
+   each served by vLLM as ``infer`` serves it, run as the agent with the same limits on the
+   held-out tasks (projects never trained on); per model the run scores of
+   sweflow.agent.scores as counts and rates;
+5. "can RL learn at all": on train tasks the SFT model resolves sometimes (a rate strictly
    between 0 and 1 at temperature 1), GRPO steps from the SFT model, and the resolve rate over
-   many samples per task before and after. The SFT+RL model of step 3 is this one.
+   many samples per task before and after. The SFT+RL model of step 4 is this one.
 
 Everything lands in a run folder (trajectories, models, the JSON, PNG plots); ``quick`` runs a
 smaller plan with the same keys.
@@ -26,7 +30,8 @@ from dataclasses import asdict, dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from sweflow.agent.jobs import replay_collect
+from sweflow.agent.export import write_records
+from sweflow.agent.jobs import replay_collect, replay_corrections
 from sweflow.bench import REPO, BenchError, bench_root, wheelhouse
 from sweflow.bench.learn_runs import agent_runs, resolve_rates, served_model
 from sweflow.envcache.dataset import dataset_specs
@@ -36,13 +41,14 @@ from sweflow.serving import resolve_model
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.trainer import train as train_rl
 from sweflow.training.sft.config import SFTConfig
-from sweflow.training.sft.train import train_sft
+from sweflow.training.sft.train import SFTResult, train_sft
 
 Progress = Callable[[str], None]
 LEARN = REPO / "data" / "learn" / "tasks.jsonl"
 DEMO = REPO / "data" / "demo" / "tasks.jsonl"
 DEMO_HELDOUT = ["pypi/toolz"]
 UNGUARDED = "sft_without_repeat_guard"  # the SFT model again, its repeated replies run again
+GOLD_ONLY = "sft_gold_only"  # the SFT model before the teacher's corrections
 
 
 @dataclass(frozen=True)
@@ -58,15 +64,18 @@ class Plan:
     rl_tasks: int  # tasks the RL check trains on
     rl_steps: int
     overfit_samples: int  # samples per RL task before and after
-    max_steps: int = 10  # agent steps per run
+    correction_tasks: int  # train tasks the fine-tuned model runs on for the teacher to correct
+    correction_sft_steps: int  # SFT windows on the golden trajectories + the corrections
+    max_steps: int = 12  # agent steps per run; the teacher keeps routes that fit in them
     max_tokens: int = 768  # per reply: the teacher's longest (a reproduction script) fit
     learning_rate: float = 1e-4  # full fine-tune of a 135M model on a few hundred examples
 
 
 # The full plan fits the issue's 3 hours on 2 cores: SFT (about 11 s a 2,048-token window) is
-# capped at 300 of its ~630 windows, shuffled, and the RL check trains on 2 tasks.
-FULL = Plan(None, None, 1, 300, 16, 4, 2, 8, 16)
-QUICK = Plan(24, 6, 2, 40, 3, 4, 1, 2, 4, max_steps=8)
+# capped at 300 of its ~630 windows, shuffled, then 150 more with the corrections, and the RL
+# check trains on 2 tasks.
+FULL = Plan(None, None, 1, 300, 16, 4, 2, 8, 16, correction_tasks=100, correction_sft_steps=150)
+QUICK = Plan(24, 6, 2, 24, 2, 4, 1, 2, 4, correction_tasks=6, correction_sft_steps=12, max_steps=10)
 
 
 def heldout_repos(dataset: Path) -> list[str]:
@@ -112,7 +121,8 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
                     "heldout_repos": sorted(held), "run_dir": str(out)}  # fmt: skip
 
     progress(f"golden trajectories: the replay teacher on {len(train_rows)} train tasks")
-    gold = replay_collect(train_rows, store=data.store, specs=data.specs, out_dir=out / "gold")
+    gold = replay_collect(train_rows, store=data.store, specs=data.specs, out_dir=out / "gold",
+                          max_steps=plan.max_steps)  # fmt: skip
     report.update(golden_kept=gold.kept, golden_declined=len(gold.skipped),
                   imitable_fraction=gold.imitable_fraction)  # fmt: skip
     if not gold.kept:
@@ -120,30 +130,35 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
 
     base = resolve_model("smollm2-135m-instruct")
     progress(f"SFT on {gold.kept} golden trajectories ({plan.sft_epochs} epoch(s))")
-    sft = train_sft(Path(gold.outputs["openai"]), base, out / "sft", out / "sft" / "model",
-                    SFTConfig(epochs=plan.sft_epochs, learning_rate=plan.learning_rate,
-                              max_seq_len=2048, max_steps_per_epoch=plan.sft_steps_per_epoch,
-                              activation_checkpointing=False))  # fmt: skip
-    # (checkpointing would save 2.5 GB of the machine's 24 for steps about 16% slower)
-    report["sft"] = {"steps": sft.steps, "loss_first": sft.losses[0] if sft.losses else None,
-                     "loss_last": sft.final_loss, "loss_plot": sft.loss_plot}  # fmt: skip
+    sft = _sft(Path(gold.outputs["openai"]), base, out / "sft", plan.sft_epochs,
+               plan.sft_steps_per_epoch, plan)  # fmt: skip
+    report["sft"] = _sft_figures(sft)
 
     heldout: dict[str, dict] = {}
     with served_model(base, out / "base", progress) as model:
         heldout["base"] = _runs(model, data, eval_rows, out / "base" / "heldout", plan)
+    trained = [r for r in train_rows if r.instance_id not in gold.skipped]
     with served_model(Path(sft.model), out / "sft", progress) as model:
-        heldout["sft"] = _runs(model, data, eval_rows, out / "sft" / "heldout", plan)
+        heldout[GOLD_ONLY] = _runs(model, data, eval_rows, out / "sft" / "heldout", plan)
         heldout[UNGUARDED] = _runs(model, data, eval_rows, out / "sft" / "heldout-unguarded",
                                    plan, repeat_guard=False)  # fmt: skip
-        trained = [r for r in train_rows if r.instance_id not in gold.skipped]
-        chosen, before = _rl_tasks(model, data, trained, out / "sft", plan, progress)
+        students = trained[: plan.correction_tasks]
+        progress(f"corrections: the SFT model runs on {len(students)} train tasks")
+        student = _runs(model, data, students, out / "sft" / "student", plan)
+    corrected = _corrected_sft(student, trained, Path(gold.outputs["openai"]), Path(sft.model),
+                               data, out / "corrections", plan, progress)  # fmt: skip
+    report["corrections"] = corrected["report"]
+    with served_model(corrected["model"], out / "corrections", progress) as model:
+        heldout["sft"] = _runs(model, data, eval_rows, out / "corrections" / "heldout", plan)
+        chosen, before = _rl_tasks(model, data, trained, out / "corrections", plan, progress)
+    sft_model = corrected["model"]
     overfit: dict = {"tasks": [r.instance_id for r in chosen], "steps": plan.rl_steps,
                      "samples_per_task": plan.overfit_samples,
                      "resolve_before": before}  # fmt: skip
     if chosen:
         progress(f"GRPO: {plan.rl_steps} steps on {len(chosen)} task(s) the SFT model "
                  "resolves sometimes")  # fmt: skip
-        rl = train_rl(chosen, Path(sft.model), out / "rl", out / "rl" / "model", _rl_config(plan,
+        rl = train_rl(chosen, sft_model, out / "rl", out / "rl" / "model", _rl_config(plan,
                       len(chosen)), store=data.store, specs=dataset_specs(dataset),
                       agent=_agent(plan), progress=None)  # fmt: skip
         rl_model = Path(rl.model)
@@ -165,6 +180,44 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     report["plots"] = _plots(report, out)
     (out / "learn.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
+
+
+def _sft(data: Path, base: Path, out: Path, epochs: int, windows: int, plan: Plan) -> SFTResult:
+    """Full fine-tune of ``base`` on ``data`` into ``out``/model, at most ``windows`` windows an
+    epoch (checkpointing activations would save 2.5 GB of the machine's 24 for steps about 16%
+    slower: off)."""
+    config = SFTConfig(epochs=epochs, learning_rate=plan.learning_rate, max_seq_len=2048,
+                       max_steps_per_epoch=windows, activation_checkpointing=False)  # fmt: skip
+    return train_sft(data, base, out, out / "model", config)
+
+
+def _sft_figures(sft: SFTResult) -> dict:
+    return {"steps": sft.steps, "loss_first": sft.losses[0] if sft.losses else None,
+            "loss_last": sft.final_loss, "loss_plot": sft.loss_plot}  # fmt: skip
+
+
+def _corrected_sft(
+    student: dict, trained: list[Instance], gold: Path, sft_model: Path, data: GradingData,
+    out: Path, plan: Plan, progress: Progress,
+) -> dict:  # fmt: skip
+    """One DAgger round: the teacher's corrections of the ``student`` runs, and SFT from
+    ``sft_model`` on the golden trajectories plus them (the corrections alone would make it
+    forget the routes it learned). ``{"model", "report"}``; the model is ``sft_model`` itself
+    when the teacher found nothing to correct."""
+    runs = student["trajectories"]
+    count = replay_corrections(runs, trained, store=data.store, out=out / "corrections.jsonl")
+    report = {"tasks": len({r.instance_id for r in runs}), "records": count,
+              "student_on_train_tasks": student["rates"]}  # fmt: skip
+    if not count:
+        progress("corrections: the teacher found nothing to correct; the SFT model stays")
+        return {"model": sft_model, "report": {**report, "sft": None}}
+    mixed = out / "sft.jsonl"
+    lines = gold.read_text().splitlines() + (out / "corrections.jsonl").read_text().splitlines()
+    write_records(mixed, (json.loads(line) for line in lines if line.strip()))
+    progress(f"SFT on {count} corrections and the golden trajectories "
+             f"({plan.correction_sft_steps} windows)")  # fmt: skip
+    sft = _sft(mixed, sft_model, out / "sft", 1, plan.correction_sft_steps, plan)
+    return {"model": Path(sft.model), "report": {**report, "sft": _sft_figures(sft)}}
 
 
 def _rl_tasks(model, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
