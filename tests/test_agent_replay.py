@@ -334,6 +334,35 @@ def _diff(name: str, before: str, after: str):
     return PatchSet(text)[0][0]
 
 
+def test_sweflow_correct_writes_the_corrections_of_a_runs_folder(
+    demo_replays, wheelhouse, tmp_path
+) -> None:
+    """The command over a student's runs folder: its table and corrections.jsonl; a file in the
+    folder that is not a saved run is named, and nothing is written."""
+    from typer.testing import CliRunner
+
+    from sweflow.cli import app
+
+    data, gold = demo_replays
+    golden = Trajectory.load(next((gold / "trajectories").glob("*/run-0.json")))
+    student = golden.model_copy(deep=True)
+    student.steps[0].actions = [ActionRecord(tool="bash", args={"command": "ls"}, observation="")]
+    runs = tmp_path / "student"
+    student.save(runs / "trajectories" / student.instance_id / "run-0.json")
+    argv = ["correct", str(runs), "-d", str(DEMO), "-s", str(data.store),
+            "--wheelhouse", str(wheelhouse), "-o", str(tmp_path / "out")]  # fmt: skip
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "corrections" in result.output and "sweflow correct" in result.output
+    records = (tmp_path / "out" / "corrections.jsonl").read_text().splitlines()
+    assert records and json.loads(records[0])["instance_id"] == student.instance_id
+    broken = runs / "trajectories" / student.instance_id / "run-1.json"
+    broken.write_text("{not json")
+    result = CliRunner().invoke(app, [*argv[:-1], str(tmp_path / "again")], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "run-1.json: not a saved agent run" in result.output
+    assert not (tmp_path / "again").exists()
+
+
 def test_corrections_of_runs_on_built_tasks_read_each_tasks_source(demo_replays, tmp_path):
     """The job: a student run that started with `ls` where the teacher would not gets, at its
     first state, the teacher's own first step (read from the task's sandbox), and is written

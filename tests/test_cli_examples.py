@@ -20,6 +20,7 @@ import pytest
 from conftest import cli_commands
 from typer.testing import CliRunner
 
+from sweflow.agent.trajectory import Trajectory
 from sweflow.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,6 +71,8 @@ def _scratch(root: Path, instance_ids: list[str]) -> None:
     for path in (root / "sft.jsonl", root / "runs" / "collect" / "sft.jsonl"):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(conversation) + "\n")
+    run = Trajectory(instance_id=instance_ids[0], messages=conversation["messages"])
+    run.save(root / "runs" / "infer" / "trajectories" / instance_ids[0] / "run-0.json")
     (root / "runs" / "sft" / "model").mkdir(parents=True)
     (root / "runs" / "sft" / "model" / "config.json").write_text("{}")
     (root / "site").mkdir()

@@ -18,6 +18,7 @@ from typing import Any
 
 from sweflow.agent.actions import Action, same_actions
 from sweflow.agent.clues import grep_operands, repo_relative, reproduction
+from sweflow.agent.editor import view_span
 from sweflow.agent.imitable import HEREDOC
 from sweflow.agent.replay import next_step, reply_message
 from sweflow.agent.replay_route import Knowledge, Move, Page, Router
@@ -102,11 +103,10 @@ def _absorb(known: Knowledge, done: ActionRecord, source: SourceMap, workdir: st
 
 
 def _viewed(path: str, args: dict[str, Any], source: SourceMap) -> Page:
-    """The page a student's ``view`` showed (the whole file without a range)."""
+    """The page a student's ``view`` showed (the whole file without a range), as the editor
+    showed it (the view succeeded, so its range is one the editor takes)."""
     length = source.length(path)
-    view_range = args.get("view_range")
-    if not (isinstance(view_range, list) and len(view_range) == 2):
+    first, last = view_span(args.get("view_range"), length)
+    if args.get("view_range") is None:
         return Page(path, 1, length)
-    start = max(1, int(view_range[0]))
-    end = length if view_range[1] == -1 else min(length, int(view_range[1]))
-    return Page(path, start, end, source.enclosing(path, start))
+    return Page(path, first, min(last, length), source.enclosing(path, first))

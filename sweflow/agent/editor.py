@@ -101,23 +101,30 @@ async def _view(sandbox: Sandbox, path: str, view_range: Any) -> str:
     lines = (await _read(sandbox, path)).split("\n")
     if len(lines) > 1 and lines[-1] == "":  # the final newline ends the last line (as cat -n)
         lines.pop()
-    first, last = 1, len(lines)
-    if view_range is not None:
-        if (
-            not isinstance(view_range, list)
-            or len(view_range) != 2
-            or not all(isinstance(n, int) for n in view_range)
-        ):
-            raise ToolError("view_range must be two line numbers [start, end] (end -1: to the end)")
-        first, last = view_range[0], (len(lines) if view_range[1] == -1 else view_range[1])
-        if not 1 <= first <= min(last, len(lines)):
-            raise ToolError(f"view_range {view_range} is outside the file's 1..{len(lines)} lines")
-    # An end past the file shows up to its last line (the fine-tuned student asks for a fixed
-    # span after a grep hit, and learned nothing from the error it got).
+    first, last = view_span(view_range, len(lines))
     shown = min(last, len(lines))
     body = numbered("\n".join(lines[first - 1 : shown]), first)
     ends = f"\n(the file ends at line {len(lines)})" if shown < last else ""
     return f"Here is the result of running `cat -n` on {path}:\n{body}{ends}"
+
+
+def view_span(view_range: Any, length: int) -> tuple[int, int]:
+    """The lines ``[first, last]`` a view of a ``length``-line file asks for: the whole file
+    without a range, to its end for an end of -1. An end past the file is kept (the view shows
+    up to the last line: the fine-tuned student asks for a fixed span after a grep hit, and
+    learned nothing from the error it once got); a range outside the file is a ToolError."""
+    if view_range is None:
+        return 1, length
+    if not (
+        isinstance(view_range, list)
+        and len(view_range) == 2
+        and all(isinstance(n, int) for n in view_range)
+    ):
+        raise ToolError("view_range must be two line numbers [start, end] (end -1: to the end)")
+    first, last = view_range[0], (length if view_range[1] == -1 else view_range[1])
+    if not 1 <= first <= min(last, length):
+        raise ToolError(f"view_range {view_range} is outside the file's 1..{length} lines")
+    return first, last
 
 
 async def _create(sandbox: Sandbox, path: str, text: str) -> str:

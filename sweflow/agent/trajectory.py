@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
+from sweflow.errors import ConfigError
 from sweflow.instances.write import _atomic_write
 
 # Exit statuses. A run ends by submitting, on a limit, or on a failure of the infrastructure;
@@ -107,3 +108,16 @@ class Trajectory(BaseModel):
     @classmethod
     def load(cls, path: Path) -> Trajectory:
         return cls.model_validate(json.loads(Path(path).read_text()))
+
+
+def load_runs(out_dir: Path) -> list[Trajectory]:
+    """Every run an agent job saved under ``out_dir`` (``trajectories/<task>/run-<k>.json``), in
+    task order; a file that is not a run raises a ConfigError naming it."""
+    runs = []
+    for path in sorted((Path(out_dir) / "trajectories").glob("*/run-*.json")):
+        try:
+            runs.append(Trajectory.load(path))
+        except (ValueError, ValidationError) as exc:  # JSONDecodeError is a ValueError
+            why = str(exc).splitlines()[0]
+            raise ConfigError(f"{path}: not a saved agent run ({why})") from exc
+    return runs

@@ -325,3 +325,47 @@ def infer_command(data: DatasetArgs, agent: AgentRunArgs) -> None:
     model = agent.model_config()  # checked before the build
     _, rows, options = agent.prepare(data, f"run {model.model} on each task")
     agent.run("infer", len(rows), options, lambda b: infer(rows, b, model.model), model)
+
+
+@dataset_options
+def correct_command(
+    data: DatasetArgs,
+    runs: Path = typer.Argument(
+        ...,
+        help="The student's runs: a collect or infer output folder (trajectories/TASK/run-K.json).",
+        exists=True,
+        file_okay=False,
+    ),
+    out: Path = OutOption,
+    backend: str = BackendOption,
+) -> None:
+    """The replay teacher's corrections of a student's own runs (DAgger), as SFT data.
+
+    A student fine-tuned on golden trajectories has only seen states the teacher reached. For each
+    state of each run before its first edit, the teacher says what it would do next from what that
+    run has seen; where the student did otherwise, the conversation so far (its replies untrained,
+    "weight": 0) plus the teacher's reply is one record of OUT/corrections.jsonl. Train the next
+    round on the golden trajectories and the corrections together.
+
+    Examples:
+      sweflow correct runs/infer -d data/demo/tasks.jsonl -s store -o runs/corrections
+    """
+    from sweflow.agent.jobs import corrected_tasks, replay_corrections
+    from sweflow.agent.trajectory import load_runs
+
+    student = load_runs(runs)
+    if not student:
+        raise CliError(f"{runs}: no runs in it (trajectories/TASK/run-K.json)")
+    rows = corrected_tasks(student, data.rows())
+    work_starts(f"label {len(student)} run(s) of {len(rows)} task(s) into {out}")
+    rows = build_dataset(data.builder(), rows)
+    kept = [r for r in student if r.instance_id in {row.instance_id for row in rows}]
+    path = out / "corrections.jsonl"
+    with console.status(f"the teacher labels {len(kept)} run(s)"):
+        count = replay_corrections(kept, rows, store=data.store, out=path, backend=backend)
+    table = Table(title="sweflow correct")
+    for column in ("tasks", "runs", "corrections"):
+        table.add_column(column, justify="right")
+    table.add_row(str(len(rows)), str(len(kept)), str(count))
+    console.print(table)
+    console.print(f"corrections: {path}", highlight=False)

@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from sweflow import __version__
-from sweflow.cli.agent import collect_command, infer_command
+from sweflow.cli.agent import collect_command, correct_command, infer_command
 from sweflow.cli.bench import bench_app
 from sweflow.cli.common import (
     App,
@@ -38,6 +38,7 @@ app.add_typer(train_app, name="train")
 app.add_typer(ray_app, name="ray")
 app.command("collect")(collect_command)
 app.command("infer")(infer_command)
+app.command("correct")(correct_command)
 app.command("serve")(serve_command)
 app.command()(synth)
 app.command("eval")(eval_command)

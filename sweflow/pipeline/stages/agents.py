@@ -20,6 +20,7 @@ from sweflow.agent.config import (
 from sweflow.agent.executor_batch import ExecutorBatch, RolloutWork, run_key
 from sweflow.agent.jobs import JobSummary
 from sweflow.agent.replay import replay_clients
+from sweflow.agent.trajectory import load_runs
 from sweflow.envcache.builder import instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
@@ -152,7 +153,7 @@ def _trajectory_rows(out_dir: Path) -> list[dict]:
             "tokens": traj.prompt_tokens + traj.completion_tokens,
             "imitable": round(traj.imitable.fraction, 3) if traj.imitable else None,
         }
-        for traj in map(Trajectory.load, sorted((out_dir / "trajectories").glob("*/run-*.json")))
+        for traj in load_runs(out_dir)
     ]
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sweflow.agent import Trajectory
 from sweflow.agent import jobs as agent_jobs
 from sweflow.agent.scores import rates, score_run
+from sweflow.agent.trajectory import load_runs
 from sweflow.grading import Grader
 from sweflow.harness.specs import load_specs
 from sweflow.instances import Instance
@@ -96,7 +96,7 @@ def _series(up: dict, stage: str, key: str) -> list | None:
 def _heldout(out: Path, rows: list[Instance]) -> dict:
     """Run scores of the trajectories under ``out`` on ``rows``."""
     by_id = {row.instance_id: row for row in rows}
-    runs = [Trajectory.load(p) for p in sorted((out / "trajectories").glob("*/run-*.json"))]
+    runs = load_runs(out)
     scores = [score_run(t, by_id[t.instance_id]) for t in runs if t.instance_id in by_id]
     return rates(scores).as_dict()
 
