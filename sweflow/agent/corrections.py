@@ -106,7 +106,7 @@ def _viewed(path: str, args: dict[str, Any], source: SourceMap) -> Page:
     """The page a student's ``view`` showed (the whole file without a range), as the editor
     showed it (the view succeeded, so its range is one the editor takes)."""
     length = source.length(path)
-    first, last = view_span(args.get("view_range"), length)
     if args.get("view_range") is None:
         return Page(path, 1, length)
+    first, last = view_span(args["view_range"], length)
     return Page(path, first, min(last, length), source.enclosing(path, first))

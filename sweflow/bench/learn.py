@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from sweflow.agent.export import write_records
 from sweflow.agent.jobs import replay_collect, replay_corrections
 from sweflow.bench import REPO, BenchError, bench_root, wheelhouse
 from sweflow.bench.learn_runs import agent_runs, resolve_rates, served_model
@@ -216,9 +215,8 @@ def _corrected_sft(
     if not count:
         progress("corrections: the teacher found nothing to correct; the SFT model stays")
         return {"model": sft_model, "report": {**report, "sft": None}}
-    mixed = out / "sft.jsonl"
-    lines = gold.read_text().splitlines() + (out / "corrections.jsonl").read_text().splitlines()
-    write_records(mixed, (json.loads(line) for line in lines if line.strip()))
+    mixed = out / "sft.jsonl"  # both are JSONL whose every line ends in a newline
+    mixed.write_bytes(gold.read_bytes() + (out / "corrections.jsonl").read_bytes())
     progress(f"SFT on {count} corrections and the golden trajectories "
              f"({plan.correction_sft_steps} windows)")  # fmt: skip
     sft = _sft(mixed, sft_model, out / "sft", 1, plan.correction_sft_steps, plan)

@@ -359,7 +359,8 @@ def correct_command(
     rows = corrected_tasks(student, data.rows())
     work_starts(f"label {len(student)} run(s) of {len(rows)} task(s) into {out}")
     rows = build_dataset(data.builder(), rows)
-    kept = [r for r in student if r.instance_id in {row.instance_id for row in rows}]
+    built = {row.instance_id for row in rows}
+    kept = [r for r in student if r.instance_id in built]
     path = out / "corrections.jsonl"
     with console.status(f"the teacher labels {len(kept)} run(s)"):
         count = replay_corrections(kept, rows, store=data.store, out=path, backend=backend)
