@@ -225,12 +225,40 @@ def test_a_window_trains_its_turns_after_the_replies_before_them(longest) -> Non
             first = next(i for i, label in enumerate(labels) if label != IGNORE)
             trained = encoder.tokenizer.decode(tokens[first:])
             k = next(k for k, i in enumerate(replies) if trained.startswith(messages[i]["content"]))
-            pair = [*head, *messages[replies[k - 1] : replies[k] + 1]] if k else None
+            context = encoder.tokenizer.decode(tokens[:first])
+            if k:  # never straight after the task: the observation it answers comes first
+                assert messages[replies[k] - 1]["content"] in context, (limit, k)
+            begin = replies[k - 2] + 1 if k > 1 else replies[0]
+            pair = [*head, *messages[begin : replies[k] + 1]] if k else None
             if pair and len(encoder.encode(pair).tokens) <= limit:
-                context = encoder.tokenizer.decode(tokens[:first])
                 assert messages[replies[k - 1]]["content"] in context, (limit, k)
                 checked += 1
     assert checked, "no window started after a reply that fits beside it: nothing checked"
+
+
+def test_a_correction_is_split_into_windows_that_train_its_teacher_turn_alone(longest) -> None:
+    """A correction's student turns (weight 0) are context: no window starts at one, and only
+    trained turns count as dropped (each student turn made a window, counted as a dropped turn
+    when it did not fit and thrown away later as untrained when it did)."""
+    record, _, encoder, length = longest
+    messages = [dict(m) for m in record["messages"]]
+    replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    for i in replies[:-1]:
+        messages[i]["weight"] = 0
+    checked = 0
+    for limit in range(length // 3, length + 1, max(1, length // 12)):
+        windows, dropped = split_windows(messages, None, encoder, limit)
+        assert len(windows) + dropped == 1, (limit, len(windows), dropped)
+        for tokens, labels in windows:
+            first = next(i for i, label in enumerate(labels) if label != IGNORE)
+            trained = [t for t, label in zip(tokens, labels, strict=True) if label != IGNORE]
+            assert (
+                encoder.tokenizer.decode(trained) == f"{messages[replies[-1]]['content']}<|im_end|>"
+            )
+            context = encoder.tokenizer.decode(tokens[:first])
+            assert messages[replies[-1] - 1]["content"] in context, limit
+            checked += 1
+    assert checked, "the teacher's turn fit in no window: nothing checked"
 
 
 def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):
