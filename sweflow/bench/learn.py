@@ -71,10 +71,10 @@ class Plan:
     learning_rate: float = 1e-4  # full fine-tune of a 135M model on a few hundred examples
 
 
-# The full plan fits 2 hours on 2 cores (a session's measurement, under the 3): SFT
-# (about 11 s a 2,048-token window) is capped at 240 of its ~630 windows, shuffled, then 100
-# more with the corrections of 64 students, and the RL check trains on 2 tasks; the unguarded
-# re-run is off (the 45274b4 run measured the guard: 20 of 50 runs loop without it, 1 with it).
+# The full plan fits the 3 hours on 2 cores (163 minutes at b351665): SFT (about 13 s
+# a 2,048-token window) is capped at 240 of its ~540 windows, shuffled, then 100 more with the
+# corrections of 64 students, and the RL check trains on 2 tasks; the unguarded re-run is off
+# (the 45274b4 run measured the guard: 20 of 50 runs loop without it, 1 with it).
 # The quick one fits 30 minutes: with 10 agent steps, 24 + 12 SFT windows and 6 students it took
 # 38.7 (three vLLM starts, 1.5 minutes each, and the held-out runs are most of it).
 FULL = Plan(None, None, 1, 240, 16, 4, 2, 8, 16, correction_tasks=64, correction_sft_steps=100,
