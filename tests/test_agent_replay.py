@@ -115,32 +115,13 @@ def test_the_issues_searches_go_in_its_order_and_views_are_plain_pages(
     assert traj.imitable is not None and traj.imitable.fraction == 1.0, traj.imitable
 
 
-def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
-    sandbox_spec, open_local, twin_layer
-) -> None:
-    """DAgger: a (scripted) student's run, labelled by the teacher. Where the student did what
-    the teacher would (its first search), nothing is kept; where it did not, the conversation
-    so far with the student's replies untrained, plus the teacher's reply from that state, is
-    an SFT record: the search it should have made, then (once the student's own view showed
-    the place) the edit; after the student's own edit, nothing more."""
+def _student_run(sandbox_spec, open_local, layer: Path, row: Instance, commands: list[str]):
+    """The agent's run of a scripted student that replies ``commands`` in turn."""
     from sweflow.agent import ModelClient, ModelConfig
-    from sweflow.agent.corrections import corrections
     from sweflow.agent.scripted import scripted_endpoint
-    from sweflow.agent.source_map import SourceMap
 
-    layer, patch = twin_layer
-    issue = "- `tests/test_calc.py::test_totals`: AssertionError: 3 != 6\n- `test_second` too\n"
-    row = Instance(instance_id="demo__calc-4", repo="demo/calc", base_commit="HEAD",
-                   problem_statement=issue, patch=patch)  # fmt: skip
-    student = [
-        r"grep -rnE '(def|class) totals\b' --include='*.py' .",  # as the teacher would
-        "cat calc.py",
-        "str_replace_editor view /testbed/calc.py --view_range '[1, 40]'",
-        "str_replace_editor str_replace /testbed/calc.py --old_str 'a = 1' --new_str 'a = 2'",
-        "submit",
-    ]
     script = layer.parent / "student.json"
-    turns = [{"content": f"THOUGHT: next.\n\n```bash\n{c}\n```"} for c in student]
+    turns = [{"content": f"THOUGHT: next.\n\n```bash\n{c}\n```"} for c in commands]
     script.write_text(json.dumps({"default": turns, "scripts": []}))
 
     async def go(url: str) -> Trajectory:
@@ -152,11 +133,50 @@ def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
             await client.close()
 
     with scripted_endpoint(script, port=0) as (url, _):
-        run = asyncio.run(go(url))
+        return asyncio.run(go(url))
+
+
+STUDENT_VIEW = "str_replace_editor view /testbed/calc.py --view_range '[1, 40]'"
+STUDENT_EDIT = "str_replace_editor str_replace /testbed/calc.py --old_str 'a = 1' --new_str 'a = 2'"
+
+
+@pytest.fixture
+def calc_task(twin_layer) -> tuple[Path, Instance]:
+    layer, patch = twin_layer
+    issue = "- `tests/test_calc.py::test_totals`: AssertionError: 3 != 6\n- `test_second` too\n"
+    row = Instance(instance_id="demo__calc-4", repo="demo/calc", base_commit="HEAD",
+                   problem_statement=issue, patch=patch)  # fmt: skip
+    return layer, row
+
+
+def _corrections_of(run: Trajectory, layer: Path, row: Instance) -> list[dict]:
+    from sweflow.agent.corrections import corrections
+    from sweflow.agent.source_map import SourceMap
+
+    source = SourceMap({"calc.py": (layer / "testbed" / "calc.py").read_text()})
+    return corrections(run, row, source, "/testbed")
+
+
+def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
+    sandbox_spec, open_local, calc_task
+) -> None:
+    """DAgger: a (scripted) student's run, labelled by the teacher. Where the student did what
+    the teacher would (its first search), nothing is kept; where it did not, the conversation
+    so far with the student's replies untrained, plus the teacher's reply from that state, is
+    an SFT record: the search it should have made, then (once the student's own view showed
+    the place) the edit; after the student's own edit, nothing more."""
+    layer, row = calc_task
+    student = [
+        r"grep -rnE '(def|class) totals\b' --include='*.py' .",  # as the teacher would
+        "cat calc.py",
+        STUDENT_VIEW,
+        STUDENT_EDIT,
+        "submit",
+    ]
+    run = _student_run(sandbox_spec, open_local, layer, row, student)
     assert [s.actions[0].args.get("command", "submit")[:4] for s in run.steps] == [
         "grep", "cat ", "view", "str_", "subm"]  # fmt: skip
-    source = SourceMap({"calc.py": (layer / "testbed" / "calc.py").read_text()})
-    records = corrections(run, row, source, "/testbed")
+    records = _corrections_of(run, layer, row)
     replies = [r["messages"][-1]["content"] for r in records]
     assert len(records) == 3, replies
     assert all("grep -rnE '(def|class) second\\b'" in reply for reply in replies[:2])
@@ -168,6 +188,22 @@ def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
         before = run.messages[: len(context)]
         assert [m["content"] for m in context] == [m["content"] for m in before]
         assert all(m["weight"] == 0 for m in context if m["role"] == "assistant")
+
+
+def test_a_student_that_repeats_itself_is_corrected_at_the_repeat_and_no_further(
+    sandbox_spec, open_local, calc_task
+) -> None:
+    """A student that comes back to an action it took before (here ``cat``, then a view, then
+    ``cat`` again, which the repeat guard does not catch) is corrected at that reply; the
+    states after it, whose history holds the loop, are not labelled (trained on, they taught
+    the full learning run's model to loop)."""
+    layer, row = calc_task
+    student = ["cat calc.py", "ls", "cat calc.py", STUDENT_VIEW, STUDENT_EDIT, "submit"]
+    run = _student_run(sandbox_spec, open_local, layer, row, student)
+    records = _corrections_of(run, layer, row)
+    assert len(records) == 3, [r["messages"][-1]["content"] for r in records]
+    repeated = [m["content"] for m in records[-1]["messages"] if m["role"] == "assistant"]
+    assert len(repeated) == 3 and "cat calc.py" not in repeated[-1]
 
 
 def test_a_replay_longer_than_the_agents_step_limit_is_declined(
