@@ -193,8 +193,9 @@ def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
 def test_a_student_that_repeats_itself_is_corrected_at_the_repeat_and_no_further(
     sandbox_spec, open_local, calc_task
 ) -> None:
-    """A student that comes back to an action it took before (here ``cat``, then a view, then
-    ``cat`` again, which the repeat guard does not catch) is corrected at that reply; the
+    """A student that comes back to an action it took before (here ``cat``, then ``ls``, then
+    ``cat`` again, which the repeat guard does not catch: it compares a reply with the one
+    before it only) is corrected at that reply; the
     states after it, whose history holds the loop, are not labelled (trained on, they taught
     the full learning run's model to loop)."""
     layer, row = calc_task

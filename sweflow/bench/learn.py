@@ -75,9 +75,9 @@ class Plan:
 # a 2,048-token window) is capped at 240 of its ~540 windows, shuffled, then 100 more with the
 # corrections of 64 students, and the RL check trains on 2 tasks; the unguarded re-run is off
 # (the 45274b4 run measured the guard: 20 of 50 runs loop without it, 1 with it).
-# The quick one aims at 30 minutes (24.6 measured at a40c5ce): with 10 agent steps, 24 + 12
-# SFT windows and 6 students it took 38.7 (three vLLM starts, 1.5 minutes each, and the
-# held-out runs are most of it).
+# The quick one fits 30 minutes: 24.6 at a40c5ce. Its earlier sizes (10 agent steps, 24 + 12
+# SFT windows, 6 students) took 38.7 (three vLLM starts, 1.5 minutes each, and the held-out
+# runs are most of it).
 FULL = Plan(None, None, 1, 240, 16, 4, 2, 8, 16, correction_tasks=64, correction_sft_steps=100,
             unguarded=False)  # fmt: skip
 QUICK = Plan(24, 6, 2, 20, 2, 4, 1, 2, 4, correction_tasks=4, correction_sft_steps=10,
