@@ -403,7 +403,8 @@ def test_sweflow_correct_writes_the_corrections_of_a_runs_folder(
 def test_corrections_of_runs_on_built_tasks_read_each_tasks_source(demo_replays, tmp_path):
     """The job: a student run that started with `ls` where the teacher would not gets, at its
     first state, the teacher's own first step (read from the task's sandbox), and is written
-    as SFT data; a run of a task the dataset does not have is refused by name."""
+    as SFT data; the teacher's own golden runs get no correction; a run of a task the dataset
+    does not have is refused by name."""
     from sweflow.agent.jobs import replay_corrections
     from sweflow.agent.replay import ReplayError
 
@@ -418,6 +419,9 @@ def test_corrections_of_runs_on_built_tasks_read_each_tasks_source(demo_replays,
     assert first["instance_id"] == golden.instance_id and first["source"] == "correction"
     teacher = next(m for m in golden.messages if m["role"] == "assistant")
     assert first["messages"][-1] == teacher
+    teachers = [Trajectory.load(p) for p in sorted((gold / "trajectories").glob("*/run-0.json"))]
+    assert replay_corrections(teachers, rows, store=data.store, out=out) == 0
+    assert out.read_text() == ""  # the teacher's own runs, run as the student, need none
     stranger = golden.model_copy(update={"instance_id": "nobody__nothing-1"})
     with pytest.raises(ReplayError, match="nobody__nothing-1"):
         replay_corrections([stranger], rows, store=data.store, out=out)

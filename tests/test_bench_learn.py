@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sweflow.agent.trajectory import Trajectory
-from sweflow.bench.learn import LEARN, QUICK, _corrected_sft, across_projects, heldout_repos
+from sweflow.bench.learn import LEARN, across_projects, heldout_repos
 from sweflow.instances import load_instances
 
 
@@ -37,19 +36,3 @@ def test_the_teacher_declines_routes_longer_than_the_students_step_limit(demo_re
                            out_dir=tmp_path, max_steps=3)  # fmt: skip
     assert short.kept == 0 and set(short.skipped) == {r.instance_id for r in data.instances}
     assert all("more than the agent's 3 steps" in why for why in short.skipped.values())
-
-
-def test_a_correction_round_where_the_student_did_as_the_teacher_keeps_its_model(
-    demo_replays, tmp_path
-) -> None:
-    """The teacher's own golden runs, run as the student, need no correction: the round writes
-    no record and trains nothing, and the SFT model stays (its labels agree with its replays)."""
-    data, gold = demo_replays
-    runs = [Trajectory.load(p) for p in sorted((gold / "trajectories").glob("*/run-0.json"))]
-    model = tmp_path / "sft-model"
-    round_ = _corrected_sft({"trajectories": runs, "rates": {}}, data.instances,
-                            gold / "sft.jsonl", model, data, tmp_path / "c", QUICK,
-                            progress=lambda line: None)  # fmt: skip
-    assert round_["model"] == model
-    assert round_["report"]["records"] == 0 and round_["report"]["tasks"] == len(runs) == 3
-    assert (tmp_path / "c" / "corrections.jsonl").read_text() == ""

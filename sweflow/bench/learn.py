@@ -5,17 +5,16 @@ the demo set, toolz held out, when data/learn is absent) goes through the traini
 
 1. golden trajectories from the replay teacher on the train tasks (text mode, tamper guard on),
    and the share of their steps a student could imitate;
-2. SFT of SmolLM2-135M-Instruct on them (torchtune);
-3. one round of the teacher's corrections (DAgger, sweflow.agent.corrections): the fine-tuned
-   model runs on train tasks, the teacher labels the states of its runs where it strayed, and
-   SFT goes on from that model on the golden trajectories plus the corrections: the SFT model;
-4. the base model, the SFT model before its corrections and after (and the SFT+RL model),
-   each served by vLLM as ``infer`` serves it, run as the agent with the same limits on the
-   held-out tasks (projects never trained on); per model the run scores of
-   sweflow.agent.scores as counts and rates;
-5. "can RL learn at all": on train tasks the SFT model resolves sometimes (a rate strictly
+2. SFT of SmolLM2-135M-Instruct on them (torchtune): the SFT model. No round of the teacher's
+   corrections (``sweflow correct``) follows: on the full run's models one round made the
+   held-out right-file rate worse (0.26 -> 0 at b351665; 0.10 with corrections cut at the
+   student's first loop), where the same 100 windows on golden runs alone made it better (0.38);
+3. the base model, the SFT model and the SFT+RL model, each served by vLLM as ``infer`` serves
+   it, run as the agent with the same limits on the held-out tasks (projects never trained on);
+   per model the run scores of sweflow.agent.scores as counts and rates;
+4. "can RL learn at all": on train tasks the SFT model resolves sometimes (a rate strictly
    between 0 and 1 at temperature 1), GRPO steps from the SFT model, and the resolve rate over
-   many samples per task before and after. The SFT+RL model of step 4 is this one.
+   many samples per task before and after. The SFT+RL model of step 3 is this one.
 
 Everything lands in a run folder (trajectories, models, the JSON, PNG plots); ``quick`` runs a
 smaller plan with the same keys.
@@ -30,7 +29,7 @@ from dataclasses import asdict, dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from sweflow.agent.jobs import replay_collect, replay_corrections
+from sweflow.agent.jobs import replay_collect
 from sweflow.bench import REPO, BenchError, bench_root, wheelhouse
 from sweflow.bench.learn_runs import agent_runs, resolve_rates, served_model
 from sweflow.envcache.dataset import dataset_specs
@@ -47,7 +46,6 @@ LEARN = REPO / "data" / "learn" / "tasks.jsonl"
 DEMO = REPO / "data" / "demo" / "tasks.jsonl"
 DEMO_HELDOUT = ["pypi/toolz"]
 UNGUARDED = "sft_without_repeat_guard"  # the SFT model again, its repeated replies run again
-GOLD_ONLY = "sft_gold_only"  # the SFT model before the teacher's corrections
 
 
 @dataclass(frozen=True)
@@ -63,25 +61,21 @@ class Plan:
     rl_tasks: int  # tasks the RL check trains on
     rl_steps: int
     overfit_samples: int  # samples per RL task before and after
-    correction_tasks: int  # train tasks the fine-tuned model runs on for the teacher to correct
-    correction_sft_steps: int  # SFT windows on the golden trajectories + the corrections
     max_steps: int = 12  # agent steps per run; the teacher keeps routes that fit in them
     unguarded: bool = True  # run the SFT model once more without the agent's repeat guard
     max_tokens: int = 768  # per reply: the teacher's longest (a reproduction script) fit
     learning_rate: float = 1e-4  # full fine-tune of a 135M model on a few hundred examples
 
 
-# The full plan fits the issue's 3 hours on 2 cores (163 minutes at b351665): SFT (about 13 s
-# a 2,048-token window) is capped at 240 of its ~540 windows, shuffled, then 100 more with the
-# corrections of 64 students, and the RL check trains on 2 tasks; the unguarded re-run is off
-# (the 45274b4 run measured the guard: 20 of 50 runs loop without it, 1 with it).
-# The quick one fits 30 minutes: 24.6 at a40c5ce. Its earlier sizes (10 agent steps, 24 + 12
-# SFT windows, 6 students) took 38.7 (three vLLM starts, 1.5 minutes each, and the held-out
-# runs are most of it).
-FULL = Plan(None, None, 1, 240, 16, 4, 2, 8, 16, correction_tasks=64, correction_sft_steps=100,
-            unguarded=False)  # fmt: skip
-QUICK = Plan(24, 6, 2, 20, 2, 4, 1, 2, 4, correction_tasks=4, correction_sft_steps=10,
-             max_steps=8, unguarded=False)  # fmt: skip
+# The full plan fits the issue's 3 hours on 2 cores: SFT (about 13 s a 2,048-token window) is
+# capped at 340 of its ~540 windows, shuffled; the RL check trains on 2 tasks; the unguarded
+# re-run is off (the 45274b4 run measured the guard: 20 of 50 runs loop without it, 1 with it).
+# It took 163 minutes at b351665 with 240 windows, then a correction round (64 students' runs,
+# 100 windows): the round's time now goes to 100 more golden windows.
+# The quick one fits 30 minutes: 24.6 at a40c5ce with 2 x 20 windows, then a round of 4
+# students and 10 windows (the held-out runs and the vLLM starts are most of it).
+FULL = Plan(None, None, 1, 340, 16, 4, 2, 8, 16, unguarded=False)
+QUICK = Plan(24, 6, 2, 25, 2, 4, 1, 2, 4, max_steps=8, unguarded=False)
 
 
 def heldout_repos(dataset: Path) -> list[str]:
@@ -144,21 +138,13 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     with served_model(base, out / "base", progress) as model:
         heldout["base"] = _runs(model, data, eval_rows, out / "base" / "heldout", plan)
     trained = [r for r in train_rows if r.instance_id not in gold.skipped]
-    with served_model(Path(sft.model), out / "sft", progress) as model:
-        heldout[GOLD_ONLY] = _runs(model, data, eval_rows, out / "sft" / "heldout", plan)
+    sft_model = Path(sft.model)
+    with served_model(sft_model, out / "sft", progress) as model:
+        heldout["sft"] = _runs(model, data, eval_rows, out / "sft" / "heldout", plan)
         if plan.unguarded:
             heldout[UNGUARDED] = _runs(model, data, eval_rows, out / "sft" / "heldout-unguarded",
                                        plan, repeat_guard=False)  # fmt: skip
-        students = trained[: plan.correction_tasks]
-        progress(f"corrections: the SFT model runs on {len(students)} train tasks")
-        student = _runs(model, data, students, out / "sft" / "student", plan)
-    corrected = _corrected_sft(student, trained, Path(gold.outputs["openai"]), Path(sft.model),
-                               data, out / "corrections", plan, progress)  # fmt: skip
-    report["corrections"] = corrected["report"]
-    with served_model(corrected["model"], out / "corrections", progress) as model:
-        heldout["sft"] = _runs(model, data, eval_rows, out / "corrections" / "heldout", plan)
-        chosen, before = _rl_tasks(model, data, trained, out / "corrections", plan, progress)
-    sft_model = corrected["model"]
+        chosen, before = _rl_tasks(model, data, trained, out / "sft", plan, progress)
     overfit: dict = {"tasks": [r.instance_id for r in chosen], "steps": plan.rl_steps,
                      "samples_per_task": plan.overfit_samples,
                      "resolve_before": before}  # fmt: skip
@@ -201,29 +187,6 @@ def _sft(data: Path, base: Path, out: Path, epochs: int, windows: int, plan: Pla
 def _sft_figures(sft: SFTResult) -> dict:
     return {"steps": sft.steps, "loss_first": sft.losses[0] if sft.losses else None,
             "loss_last": sft.final_loss, "loss_plot": sft.loss_plot}  # fmt: skip
-
-
-def _corrected_sft(
-    student: dict, trained: list[Instance], gold: Path, sft_model: Path, data: GradingData,
-    out: Path, plan: Plan, progress: Progress,
-) -> dict:  # fmt: skip
-    """One DAgger round: the teacher's corrections of the ``student`` runs, and SFT from
-    ``sft_model`` on the golden trajectories plus them (the corrections alone would make it
-    forget the routes it learned). ``{"model", "report"}``; the model is ``sft_model`` itself
-    when the teacher found nothing to correct."""
-    runs = student["trajectories"]
-    count = replay_corrections(runs, trained, store=data.store, out=out / "corrections.jsonl")
-    report = {"tasks": len({r.instance_id for r in runs}), "records": count,
-              "student_on_train_tasks": student["rates"]}  # fmt: skip
-    if not count:
-        progress("corrections: the teacher found nothing to correct; the SFT model stays")
-        return {"model": sft_model, "report": {**report, "sft": None}}
-    mixed = out / "sft.jsonl"  # both are JSONL whose every line ends in a newline
-    mixed.write_bytes(gold.read_bytes() + (out / "corrections.jsonl").read_bytes())
-    progress(f"SFT on {count} corrections and the golden trajectories "
-             f"({plan.correction_sft_steps} windows)")  # fmt: skip
-    sft = _sft(mixed, sft_model, out / "sft", 1, plan.correction_sft_steps, plan)
-    return {"model": Path(sft.model), "report": {**report, "sft": _sft_figures(sft)}}
 
 
 def _rl_tasks(model, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
