@@ -8,7 +8,8 @@ the demo set, toolz held out, when data/learn is absent) goes through the traini
 2. SFT of SmolLM2-135M-Instruct on them (torchtune): the SFT model. No round of the teacher's
    corrections (``sweflow correct``) follows: on the full run's models one round made the
    held-out right-file rate worse (0.26 -> 0 at b351665; 0.10 with corrections cut at the
-   student's first loop), where the same 100 windows on golden runs alone made it better (0.38);
+   student's first loop), where a second run of 100 windows on golden runs alone gave 0.38
+   (one run of 340 golden windows gives 0.26, as 240 did);
 3. the base model, the SFT model and the SFT+RL model, each served by vLLM as ``infer`` serves
    it, run as the agent with the same limits on the held-out tasks (projects never trained on);
    per model the run scores of sweflow.agent.scores as counts and rates;
@@ -70,8 +71,8 @@ class Plan:
 # The full plan fits the issue's 3 hours on 2 cores: SFT (about 13 s a 2,048-token window) is
 # capped at 340 of its ~540 windows, shuffled; the RL check trains on 2 tasks; the unguarded
 # re-run is off (the 45274b4 run measured the guard: 20 of 50 runs loop without it, 1 with it).
-# It took 163 minutes at b351665 with 240 windows, then a correction round (64 students' runs,
-# 100 windows): the round's time now goes to 100 more golden windows.
+# 124.0 minutes at bd11060; 163 at b351665 with 240 windows, then a correction round (64
+# students' runs, 100 windows), whose time now goes to 100 more golden windows.
 # The quick one fits 30 minutes: 24.6 at a40c5ce with 2 x 20 windows, then a round of 4
 # students and 10 windows (the held-out runs and the vLLM starts are most of it).
 FULL = Plan(None, None, 1, 340, 16, 4, 2, 8, 16, unguarded=False)
