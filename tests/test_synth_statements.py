@@ -16,9 +16,12 @@ from sweflow.synth.tasks import Bug, problem_statement
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
 TESTS = """\
-import pytest
-from pkg.core import window
+from __future__ import annotations
+import os, pytest
+from pkg.core import (window,
+                      unused)
 from pkg import helpers as h
+from pkg.all import *
 
 LIMIT = 3
 
@@ -57,10 +60,12 @@ def test_standalone():
 """
 
 
-def test_a_test_stands_alone_with_its_imports_and_the_helpers_it_uses() -> None:
+def test_a_test_stands_alone_with_the_imports_and_the_helpers_it_uses() -> None:
     script = standalone(TESTS, "test_standalone")
     assert script is not None
-    assert script.startswith("import pytest\nfrom pkg.core import window\nfrom pkg import helpers")
+    # names no part of the script reads are left out; a __future__ or * import stays whole
+    imports = "from __future__ import annotations\nfrom pkg.core import window\n"
+    assert script.startswith(imports + "from pkg import helpers as h\nfrom pkg.all import *\n")
     assert "LIMIT = 3" in script and "def pairs(n):" in script
     assert script.endswith("    assert h.size() == 2\n\n\ntest_standalone()\n")
     assert "def data" not in script and "test_fixture" not in script

@@ -2,9 +2,13 @@
 
 Synthesized tasks hide the failing tests' files, so the agent can read their names but run none
 of them. A test function that needs nothing from pytest (no fixture argument, no decorator, not
-in a class) runs as a plain script: its module's imports, the module-level helpers it uses
+in a class) runs as a plain script: the imports it uses, the module-level helpers it uses
 (functions, classes, constants), the function, and a call to it. Its traceback then names the
 code that fails, as a user's report would.
+
+Only the imported names the script reads are kept, as a user trims a report to what shows the
+bug: a test module's import block lists what all its tests need (toolz's names 40), and an
+agent that runs the reproduction must copy it without a slip.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ def standalone(source: str, test: str) -> str | None:
     helpers = _helpers(module, function, _imported(imports) | set(dir(builtins)))
     if helpers is None:
         return None
+    used = set().union(*(_free_names(n) for n in [*helpers, function]))
     blocks = [
-        "\n".join(_segment(source, n) for n in imports),
+        "\n".join(kept for n in imports if (kept := _import_of(source, n, used))),
         *(_segment(source, n) for n in helpers),
         _segment(source, function),
         f"{test}()",
@@ -47,6 +52,22 @@ def _segment(source: str, node: ast.stmt) -> str:
     """A statement's source, decorators included."""
     first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
     return "\n".join(source.splitlines()[first - 1 : node.end_lineno])
+
+
+def _import_of(source: str, node: ast.Import | ast.ImportFrom, used: set[str]) -> str:
+    """The import statement with only the names in ``used`` ("": none of them; a
+    ``__future__`` or ``*`` import stays whole), as written when it keeps all of them."""
+    whole = isinstance(node, ast.ImportFrom) and node.module == "__future__"
+    if whole or any(alias.name == "*" for alias in node.names):
+        return _segment(source, node)
+    names = [a for a in node.names if (a.asname or a.name.split(".")[0]) in used]
+    if len(names) == len(node.names):
+        return _segment(source, node)
+    if not names:
+        return ""
+    if isinstance(node, ast.ImportFrom):
+        return ast.unparse(ast.ImportFrom(node.module, names, node.level))
+    return ast.unparse(ast.Import(names))
 
 
 def _takes_arguments(args: ast.arguments) -> bool:
