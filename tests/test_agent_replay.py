@@ -115,6 +115,43 @@ def test_the_issues_searches_go_in_its_order_and_views_are_plain_pages(
     assert traj.imitable is not None and traj.imitable.fraction == 1.0, traj.imitable
 
 
+def test_a_tracebacks_frames_are_read_from_where_it_ends_upwards(
+    sandbox_spec, open_local, tmp_path
+) -> None:
+    """The reproduction's traceback ends in ``check``, far below ``total``, which holds the bug:
+    the teacher reads the frame it ends in first and then the one above, as a student would (it
+    cannot know which frame holds the bug), not straight the frame the fix goes in."""
+    repo = tmp_path / "layer" / "testbed"
+    repo.mkdir(parents=True)
+    filler = "".join(f"def f{i}():\n    return {i}\n\n\n" for i in range(20))
+    check = "def check(n):\n    if n < 0:\n        raise ValueError('negative')\n    return n\n"
+    total = "def total(xs):\n    t = 0\n    for x in xs:\n        t {} x\n    return check(t)\n\n\n"
+    (repo / "calc.py").write_text(total.format("-=") + filler + check)
+    bin_dir = tmp_path / "layer" / "usr" / "local" / "bin"  # the reproduction runs `python`
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to("/usr/bin/python3")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    (repo / "calc.py").write_text(total.format("+=") + filler + check)
+    patch = git(repo, "diff")
+    git(repo, "checkout", "-q", "--", "calc.py")
+    issue = "Totals fail:\n\n```python\nfrom calc import total\ntotal([1, 2])\n```\n"
+    row = Instance(instance_id="demo__calc-5", repo="demo/calc", base_commit="HEAD",
+                   problem_statement=issue, patch=patch)  # fmt: skip
+    sandbox = open_local(sandbox_spec(tmp_path / "layer"))
+    model = ReplayModel(row, "text", Check("python3 -c 'import calc; print(calc.total([1]))'"))
+    traj = asyncio.run(run_agent(row, sandbox, model, AgentConfig(tool_mode="text")))
+    assert traj.exit_status == "submitted" and traj.patch == patch
+    reproduce, deepest, above = (s.actions[0] for s in traj.steps[:3])
+    assert "ValueError: negative" in reproduce.observation
+    assert deepest.args["view_range"][0] > 40 and "raise ValueError" in deepest.observation
+    assert "The traceback ends in `check`" in traj.steps[1].thought
+    assert above.args["view_range"][0] == 1 and "t -= x" in above.observation
+    assert "Next up the traceback: `total`" in traj.steps[2].thought
+    assert traj.imitable is not None and traj.imitable.fraction == 1.0, traj.imitable
+
+
 def _student_run(sandbox_spec, open_local, layer: Path, row: Instance, commands: list[str]):
     """The agent's run of a scripted student that replies ``commands`` in turn."""
     from sweflow.agent import ModelClient, ModelConfig

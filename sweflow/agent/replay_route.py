@@ -10,12 +10,13 @@ its first move, and the route is planned again after each observation until the 
 seen. No route within :data:`MAX_COST` actions:
 the place cannot be found the way a student could find it.
 
-Two choices would otherwise rest on what only the teacher knows, so they follow fixed rules a
+Three choices would otherwise rest on what only the teacher knows, so they follow fixed rules a
 student can copy: the searches the issue suggests are made in the issue's order (one that finds
 nothing is shown, and the next follows: a student cannot know beforehand which name is
-defined), and every view is one page of :data:`PAGE` lines from the line a clue names (a
-definition's ``def`` line, else :data:`LEAD_IN` lines above it), never a range cut to where a
-definition or the gold hunk ends.
+defined); a traceback's frames are read from the one it ends in upwards (the frame holding the
+bug is not always the deepest, but only the teacher knows which one it is); and every view is
+one page of :data:`PAGE` lines from the line a clue names (a definition's ``def`` line, else
+:data:`LEAD_IN` lines above it), never a range cut to where a definition or the gold hunk ends.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ class Knowledge:
     workdir: str
     pages: dict[Page, str] = field(default_factory=dict)  # viewed page -> its observation
     hits: dict[tuple[str, int], str] = field(default_factory=dict)  # search hit -> the term
-    frames: dict[tuple[str, int], str] = field(default_factory=dict)  # frame -> its function
+    # frame -> its function and how many frames lie below it in its traceback (0: it ends there)
+    frames: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
     leads: dict[str, str] = field(default_factory=dict)  # a name to look up -> why
     searched: set[str] = field(default_factory=set)
     asked: dict[str, str] = field(default_factory=dict)  # the issue's searches, in order -> why
@@ -139,8 +141,10 @@ class Knowledge:
             for hit in grep_hits(observation):
                 self.hits.setdefault(hit, move.term)
             return
-        for frame in frames(observation, self.workdir):
-            self.frames.setdefault((frame.path, frame.line), frame.func)
+        found = frames(observation, self.workdir)
+        for below, frame in enumerate(reversed(found)):
+            self.frames.setdefault((frame.path, frame.line), (frame.func, below))
+        for frame in found:
             self.leads.setdefault(frame.func, f"The traceback goes through `{frame.func}`")
         for word in called(observation):
             self.leads.setdefault(word, f"The traceback shows a call to `{word}`")
@@ -198,11 +202,8 @@ class Router:
 
     # -- edges ------------------------------------------------------------------------------
     def _from_knowledge(self, known: Knowledge) -> Iterator[tuple[int, Page, Move]]:
+        yield from self._up_the_traceback(known)
         views: list[tuple[Page, str]] = []
-        for (path, line), func in known.frames.items():
-            if path in self.source.lines:
-                why = f"The traceback goes through `{func}` in {path} at line {line}"
-                views.append((self.page_at(path, line, LEAD_IN), f"{why}; let me look there."))
         for (path, line), term in known.hits.items():
             if path in self.source.lines:
                 thought = self._hit_thought(path, line, term)
@@ -223,6 +224,20 @@ class Router:
             if fragment not in known.searched and fragment not in known.asked:
                 for page in self._found(fragment):
                     yield 2, page, self.search(fragment, message_thought(fragment))
+
+    def _up_the_traceback(self, known: Knowledge) -> Iterator[tuple[int, Page, Move]]:
+        """The pages of the traceback frames no view has shown yet, deepest first. Reaching the
+        k-th one costs the k - 1 before it too, as the next move is always the first of them."""
+        waiting = [(path, line, func, below) for (path, line), (func, below) in known.frames.items()
+                   if path in self.source.lines and line not in known.seen(path)]  # fmt: skip
+        if not waiting:
+            return
+        path, line, func, below = waiting[0]
+        where = "The traceback ends in" if below == 0 else "Next up the traceback:"
+        thought = f"{where} `{func}` in {path} at line {line}; let me look there."
+        first = self.view(self.page_at(path, line, LEAD_IN), thought)
+        for before, (path, line, _, _) in enumerate(waiting):
+            yield 1 + before, self.page_at(path, line, LEAD_IN), first
 
     def _asked(self, known: Knowledge) -> Iterator[tuple[int, Page, Move]]:
         """The pages the issue's searches lead to. Reaching the k-th one not yet made costs the
