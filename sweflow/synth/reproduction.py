@@ -60,7 +60,7 @@ def _import_of(source: str, node: ast.Import | ast.ImportFrom, used: set[str]) -
     whole = isinstance(node, ast.ImportFrom) and node.module == "__future__"
     if whole or any(alias.name == "*" for alias in node.names):
         return _segment(source, node)
-    names = [a for a in node.names if (a.asname or a.name.split(".")[0]) in used]
+    names = [a for a in node.names if _bound_name(a) in used]
     if len(names) == len(node.names):
         return _segment(source, node)
     if not names:
@@ -75,7 +75,12 @@ def _takes_arguments(args: ast.arguments) -> bool:
 
 
 def _imported(imports: list[ast.Import | ast.ImportFrom]) -> set[str]:
-    return {alias.asname or alias.name.split(".")[0] for node in imports for alias in node.names}
+    return {_bound_name(alias) for node in imports for alias in node.names}
+
+
+def _bound_name(alias: ast.alias) -> str:
+    """The name an import binds: ``import a.b`` binds ``a``, ``import a as b`` binds ``b``."""
+    return alias.asname or alias.name.split(".")[0]
 
 
 def _helpers(
@@ -123,7 +128,7 @@ def _free_names(node: ast.AST) -> set[str]:
         elif isinstance(child, ast.arg):
             bound.add(child.arg)
         elif isinstance(child, ast.alias):
-            bound.add(child.asname or child.name.split(".")[0])
+            bound.add(_bound_name(child))
         elif isinstance(child, ast.ExceptHandler) and child.name:
             bound.add(child.name)
         elif isinstance(child, ast.Global | ast.Nonlocal):
