@@ -5,13 +5,15 @@ are checked against their gold patches)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from unidiff import PatchSet
 
 from sweflow.agent.clues import reproduction
 from sweflow.instances import load_instances
-from sweflow.synth.reproduction import standalone
+from sweflow.synth.reproduction import MAX_CHARS, standalone
 from sweflow.synth.tasks import Bug, problem_statement
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
@@ -53,6 +55,14 @@ class TestBox:
         assert window([])
 
 
+class TestSetUpByPytest:
+    def setup_method(self):
+        self.data = [1]
+
+    def test_set_up(self):
+        assert window(self.data)
+
+
 def test_standalone():
     # the helper and the constant it reads come along
     assert pairs(3) == [(0, 1), (1, 2)]
@@ -69,9 +79,75 @@ def test_a_test_stands_alone_with_the_imports_and_the_helpers_it_uses() -> None:
     assert "LIMIT = 3" in script and "def pairs(n):" in script
     assert script.endswith("    assert h.size() == 2\n\n\ntest_standalone()\n")
     assert "def data" not in script and "test_fixture" not in script
-    for test in ("test_fixture", "test_parametrized", "test_unknown_name", "test_in_class"):
+    for test in (
+        "test_fixture",
+        "test_parametrized",
+        "test_unknown_name",
+        "test_in_class",
+        "TestSetUpByPytest::test_set_up",
+        "TestBox::test_missing",
+        "test_standalone[1]",
+    ):
         assert standalone(TESTS, test) is None, test
     assert standalone("def test_x(:\n", "test_x") is None
+    # a module beside the test file is importable under pytest only (tabulate's test/common.py)
+    assert standalone(TESTS, "test_standalone", beside={"helpers", "conftest"}) is not None
+    assert standalone(TESTS, "test_standalone", beside={"pkg"}) is None
+    assert standalone(TESTS, "TestBox::test_in_class") == (
+        "from __future__ import annotations\nfrom pkg.core import window\nfrom pkg.all import *"
+        "\n\n\nclass TestBox:\n    def test_in_class(self):\n"
+        "        assert window([])\n\n\nTestBox().test_in_class()\n"
+    )
+
+
+CASES = """\
+import unittest
+from textwrap import indent
+
+WIDTH = 2
+
+
+class Case(unittest.TestCase):
+    \"\"\"Each test reads what setUp made.\"\"\"
+
+    prefix = ">"
+
+    def setUp(self):
+        self.text = "a\\nb"
+
+    def expected(self):
+        return self.prefix * WIDTH + "a"
+
+    def test_other(self):
+        assert self.text
+
+    def test_pad(self):
+        self.assertEqual(indent(self.text, self.prefix * WIDTH).split()[0], self.expected() + "!")
+
+
+class Packaged(unittest.TestCase):
+    def setUp(self):
+        from . import data  # a script run on its own has no package
+
+    def test_data(self):
+        pass
+"""
+
+
+def test_a_test_method_stands_alone_with_its_class_cut_to_what_it_reads() -> None:
+    """A unittest method runs through ``debug()`` (setUp first, the exception let through): the
+    script really fails with the test's own assertion, and the class keeps only what it reads."""
+    script = standalone(CASES, "Case::test_pad")
+    assert script is not None
+    assert "test_other" not in script and "Each test" not in script and "Packaged" not in script
+    assert "WIDTH = 2" in script and 'prefix = ">"' in script and "def expected" in script
+    assert script.endswith('\n\n\nCase("test_pad").debug()\n')
+    run = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True)
+    assert run.returncode == 1
+    assert "in test_pad\n" in run.stderr
+    assert "\nAssertionError: '>>a' != '>>a!'\n" in run.stderr  # setUp ran: text is "a\nb"
+    assert standalone(CASES, "Packaged::test_data") is None
+    assert standalone(CASES.replace('"a', '"' + "a" * MAX_CHARS), "Case::test_pad") is None
 
 
 def _bug(failing: list[str], messages: dict[str, str]) -> Bug:
@@ -97,8 +173,9 @@ def test_the_statement_quotes_failures_and_pastes_the_first_test_that_stands_alo
     assert "- `tests/test_core.py::TestBox::test_in_class`\n" in text  # its message named the file
     assert "- `tests/test_core.py::test_parametrized[1]`\n" in text  # and this one the line
     assert "test_1`" in text and "test_2`" not in text and "... and 2 more" in text
-    assert "it is `tests/test_core.py::test_standalone` on its own" in text
-    assert reproduction(text) == standalone(TESTS, "test_standalone")  # what the teacher runs
+    # a test method stands alone too (test_standalone comes after it)
+    assert "it is `tests/test_core.py::TestBox::test_in_class` on its own" in text
+    assert reproduction(text) == standalone(TESTS, "TestBox::test_in_class")  # the teacher runs it
     assert not re.search(r"(?<![\w.-])core\.py|line 42", text)
     without = problem_statement("acme/widget", _bug(failing[:3], {}), {})
     assert "```" not in without and "To reproduce" not in without

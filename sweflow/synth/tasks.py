@@ -13,6 +13,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from sweflow.harness.evalscript import DEFAULT_EVAL_TYPE, DEFAULT_LOG_PARSER, make_eval_script
@@ -64,7 +65,9 @@ def make_task(repo: SourceRepo, spec: EnvSpec, bug: Bug) -> Instance:
         base_commit=commit,
         patch=fix,
         test_patch=test_patch,
-        problem_statement=problem_statement(source.repo, bug, _sources(repo, hidden)),
+        problem_statement=problem_statement(
+            source.repo, bug, _sources(repo, hidden), _beside(repo, hidden)
+        ),
         created_at="2000-01-01T00:00:00Z",
         version=source.version,
         FAIL_TO_PASS=bug.fail_to_pass,
@@ -85,10 +88,16 @@ def make_task(repo: SourceRepo, spec: EnvSpec, bug: Bug) -> Instance:
     return instance
 
 
-def problem_statement(repo: str, bug: Bug, test_sources: Mapping[str, str]) -> str:
+def problem_statement(
+    repo: str,
+    bug: Bug,
+    test_sources: Mapping[str, str],
+    beside: Mapping[str, AbstractSet[str]] | None = None,
+) -> str:
     """An issue text as a user would write it: the failing tests with their messages and a
     reproduction to paste (the first failing test that stands alone, from ``test_sources``:
-    test file -> its source), never naming the file the bug is in nor pasting a traceback."""
+    test file -> its source; ``beside``: test file -> the modules in its folder), never naming
+    the file the bug is in nor pasting a traceback."""
     shown = bug.fail_to_pass[:STATEMENT_TESTS]
     lines = [
         f"Regression in {repo.split('/')[-1]}: {len(bug.fail_to_pass)} test(s) now fail",
@@ -104,7 +113,7 @@ def problem_statement(repo: str, bug: Bug, test_sources: Mapping[str, str]) -> s
         lines.append(f"- `{test}`" + (f": {message}" if message else ""))
     if len(bug.fail_to_pass) > len(shown):
         lines.append(f"- ... and {len(bug.fail_to_pass) - len(shown)} more")
-    if found := _reproduction(bug, test_sources):
+    if found := _reproduction(bug, test_sources, beside or {}):
         test, script = found
         lines += ["", f"To reproduce, run this (it is `{test}` on its own):", "", "```python"]
         lines += [script.rstrip("\n"), "```"]
@@ -115,13 +124,15 @@ def problem_statement(repo: str, bug: Bug, test_sources: Mapping[str, str]) -> s
     return "\n".join(lines) + "\n"
 
 
-def _reproduction(bug: Bug, test_sources: Mapping[str, str]) -> tuple[str, str] | None:
+def _reproduction(
+    bug: Bug, test_sources: Mapping[str, str], beside: Mapping[str, AbstractSet[str]]
+) -> tuple[str, str] | None:
     """(test id, script) of the first failing test that runs on its own, if any does."""
     for test in bug.fail_to_pass:
         file, _, name = test.partition("::")
-        if not name.isidentifier() or file not in test_sources:  # a class's test, parametrized
+        if file not in test_sources:
             continue
-        script = standalone(test_sources[file], name)
+        script = standalone(test_sources[file], name, beside.get(file, frozenset()))
         if script and not _names(script, bug):
             return test, script
     return None
@@ -136,6 +147,19 @@ def _names(text: str, bug: Bug) -> bool:
 def _sources(repo: SourceRepo, files: list[str]) -> dict[str, str]:
     """The test files' sources at the clean commit (the reproduction is taken from them)."""
     return {f: git(repo.root, "show", f"{repo.base_commit}:{f}") for f in files}
+
+
+def _beside(repo: SourceRepo, files: list[str]) -> dict[str, frozenset[str]]:
+    """The modules (``.py`` files and folders) in each test file's folder below the root: a
+    test may import them (``from common import ...``) because pytest puts that folder on the
+    path, which a script run from the root does not have."""
+    found = {}
+    for file in files:
+        folder = file.rpartition("/")[0]
+        if folder:
+            names = git(repo.root, "ls-tree", "--name-only", repo.base_commit, f"{folder}/")
+            found[file] = frozenset(n.rsplit("/", 1)[-1].removesuffix(".py") for n in names.splitlines())
+    return found
 
 
 def _commit_bug(repo: SourceRepo, bug: Bug, hidden: list[str]) -> str:
