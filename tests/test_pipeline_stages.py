@@ -142,7 +142,7 @@ def test_the_report_puts_the_base_model_beside_the_trained_one(config, results, 
     from sweflow.envcache.builder import instance_sandbox_spec
     from sweflow.envcache.store import LayerStore
     from sweflow.pipeline.stages.agents import split_rows
-    from sweflow.pipeline.stages.report import report
+    from sweflow.pipeline.stages.report import baseline_key, report
 
     ctx = StageContext(config, {"validate_envs": results["validate_envs"]})
     rows = split_rows(ctx, "eval", config.infer.limit)
@@ -186,3 +186,6 @@ def test_the_report_puts_the_base_model_beside_the_trained_one(config, results, 
     assert list(json.loads(cache.read_text()).values()) == [base]
     again = report(StageContext(scripted, upstream))  # the endpoint is gone: the cache answers
     assert json.loads(Path(again.outputs["summary"]).read_text())["heldout"]["base"] == base
+    # a task whose statement was rewritten is another task: its base figures are measured again
+    restated = rows[0].model_copy(update={"problem_statement": rows[0].problem_statement + "."})
+    assert baseline_key(scripted, [restated, *rows[1:]]) != baseline_key(scripted, rows)

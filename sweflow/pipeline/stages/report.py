@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sweflow.agent import jobs as agent_jobs
 from sweflow.agent.scores import rates, score_run
@@ -24,6 +25,9 @@ from sweflow.pipeline.model_servers import model_folder
 from sweflow.pipeline.stages.agents import newest_model, run_job, split_rows
 from sweflow.pipeline.stages.common import StageContext, StageResult, json_digest
 from sweflow.training.workdir import folder_digest
+
+if TYPE_CHECKING:
+    from sweflow.pipeline.config import PipelineConfig
 
 HELDOUT_FIGURES = ("valid_action_rate", "right_file_rate", "submitted_rate", "resolved_rate")
 
@@ -101,14 +105,20 @@ def _heldout(out: Path, rows: list[Instance]) -> dict:
     return rates(scores).as_dict()
 
 
+def baseline_key(config: PipelineConfig, rows: list[Instance]) -> str:
+    """What the base model's figures depend on: its weights, the tasks as the agent sees them
+    (a rewritten problem statement is another task), the agent's and the sampling settings."""
+    return json_digest([
+        folder_digest(model_folder(config.model, config.run_dir)),
+        sorted((r.model_dump(mode="json") for r in rows), key=lambda r: r["instance_id"]),
+        config.agent.model_dump(mode="json"), config.model.model_dump(mode="json"),
+    ])[:16]  # fmt: skip
+
+
 def _baseline(ctx: StageContext, rows: list[Instance]) -> dict:
     """The base model's held-out figures: from the cache, or measured (graded) and cached."""
     config = ctx.config
-    base = model_folder(config.model, config.run_dir)
-    key = json_digest([
-        folder_digest(base), sorted(r.instance_id for r in rows),
-        config.agent.model_dump(mode="json"), config.model.model_dump(mode="json"),
-    ])[:16]  # fmt: skip
+    key = baseline_key(config, rows)
     cache = config.report.baseline_cache
     known = json.loads(cache.read_text()) if cache and cache.is_file() else {}
     if key in known:
