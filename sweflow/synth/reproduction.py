@@ -8,7 +8,8 @@ comes with its class cut down to what the test reads (class attributes, ``setUp`
 ``tearDown`` of a ``unittest.TestCase``, the methods it calls), and runs as
 ``Case("test_x").debug()`` (unittest's way to run one test and let its exception through) or,
 in a plain pytest class, ``Case().test_x()``. Its traceback then names the code that fails, as
-a user's report would.
+a user's report would. A test that imports a module from its own folder (tabulate's
+``from common import ...``) stays out: only pytest puts that folder on the path.
 
 Only the imported names the script reads are kept, as a user trims a report to what shows the
 bug: a test module's import block lists what all its tests need (toolz's names 40), and an
