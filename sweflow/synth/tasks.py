@@ -158,7 +158,9 @@ def _beside(repo: SourceRepo, files: list[str]) -> dict[str, frozenset[str]]:
         folder = file.rpartition("/")[0]
         if folder:
             names = git(repo.root, "ls-tree", "--name-only", repo.base_commit, f"{folder}/")
-            found[file] = frozenset(n.rsplit("/", 1)[-1].removesuffix(".py") for n in names.splitlines())
+            found[file] = frozenset(
+                n.rsplit("/", 1)[-1].removesuffix(".py") for n in names.splitlines()
+            )
     return found
 
 
