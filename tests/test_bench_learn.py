@@ -36,3 +36,17 @@ def test_the_teacher_declines_routes_longer_than_the_students_step_limit(demo_re
                            out_dir=tmp_path, max_steps=3)  # fmt: skip
     assert short.kept == 0 and set(short.skipped) == {r.instance_id for r in data.instances}
     assert all("more than the agent's 3 steps" in why for why in short.skipped.values())
+
+
+def test_another_seed_is_another_sample_of_the_fine_tune_and_a_bad_one_is_refused() -> None:
+    """The held-out runs are greedy, so a re-run repeats a seed's figures: only another seed (the
+    windows SFT keeps, their order) samples the trained model again; it is checked up front."""
+    from typer.testing import CliRunner
+
+    from sweflow.bench.learn import FULL, sft_config
+    from sweflow.cli.main import app
+
+    assert sft_config(FULL, 0).seed == 0 and sft_config(FULL, 3).seed == 3
+    assert sft_config(FULL, 3).max_steps_per_epoch == FULL.sft_steps_per_epoch
+    refused = CliRunner().invoke(app, ["bench", "learn", "--json", "--seed", "-1"])
+    assert refused.exit_code == 2 and "--seed" in refused.output

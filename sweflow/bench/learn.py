@@ -95,7 +95,10 @@ def across_projects(rows: list[Instance], n: int | None) -> list[Instance]:
     return turns[:n]
 
 
-def run(quick: bool = False, progress: Progress = print, dataset: Path | None = None) -> dict:
+def run(quick: bool = False, progress: Progress = print, dataset: Path | None = None,
+        seed: int = 0) -> dict:  # fmt: skip
+    """The plan on ``dataset``; ``seed`` picks the SFT's windows and their order (another seed
+    is another sample of the trained model: greedy held-out runs repeat a seed's figures)."""
     began = time.monotonic()
     plan = QUICK if quick else FULL
     dataset = dataset or (LEARN if LEARN.is_file() else DEMO)
@@ -117,7 +120,7 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     progress(f"building {len(data.instances)} environments ({len(eval_rows)} held out)")
     if failed := [r for r in data.build() if r.status == "error"]:
         raise BenchError(f"{failed[0].instance_id} did not build: {failed[0].error}")
-    report: dict = {"dataset": str(dataset.relative_to(REPO)), "plan": asdict(plan),
+    report: dict = {"dataset": str(dataset.relative_to(REPO)), "plan": asdict(plan), "seed": seed,
                     "train_tasks": len(train_rows), "heldout_tasks": len(eval_rows),
                     "heldout_repos": sorted(held), "run_dir": str(out)}  # fmt: skip
 
@@ -131,8 +134,8 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
 
     base = resolve_model("smollm2-135m-instruct")
     progress(f"SFT on {gold.kept} golden trajectories ({plan.sft_epochs} epoch(s))")
-    sft = _sft(Path(gold.outputs["openai"]), base, out / "sft", plan.sft_epochs,
-               plan.sft_steps_per_epoch, plan)  # fmt: skip
+    sft = train_sft(Path(gold.outputs["openai"]), base, out / "sft", out / "sft" / "model",
+                    sft_config(plan, seed))  # fmt: skip
     report["sft"] = _sft_figures(sft)
 
     heldout: dict[str, dict] = {}
@@ -176,13 +179,13 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     return report
 
 
-def _sft(data: Path, base: Path, out: Path, epochs: int, windows: int, plan: Plan) -> SFTResult:
-    """Full fine-tune of ``base`` on ``data`` into ``out``/model, at most ``windows`` windows an
-    epoch (checkpointing activations would save 2.5 GB of the machine's 24 for steps about 16%
-    slower: off)."""
-    config = SFTConfig(epochs=epochs, learning_rate=plan.learning_rate, max_seq_len=2048,
-                       max_steps_per_epoch=windows, activation_checkpointing=False)  # fmt: skip
-    return train_sft(data, base, out, out / "model", config)
+def sft_config(plan: Plan, seed: int) -> SFTConfig:
+    """A full fine-tune with the plan's epochs, at most its windows an epoch, shuffled by
+    ``seed`` (checkpointing activations would save 2.5 GB of the machine's 24 for steps about
+    16% slower: off)."""
+    return SFTConfig(epochs=plan.sft_epochs, learning_rate=plan.learning_rate, max_seq_len=2048,
+                     max_steps_per_epoch=plan.sft_steps_per_epoch, activation_checkpointing=False,
+                     seed=seed)  # fmt: skip
 
 
 def _sft_figures(sft: SFTResult) -> dict:

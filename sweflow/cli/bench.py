@@ -222,7 +222,11 @@ def bench_sft(
 def bench_learn(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
     quick: bool = typer.Option(
-        False, help="8 train and 6 held-out tasks, 16 SFT steps, 2 GRPO steps on 1 task."
+        False, help="48 train and 6 held-out tasks, 40 SFT steps, 2 GRPO steps on 1 task."
+    ),
+    seed: int = typer.Option(
+        0, min=0, help="SFT's seed (which windows it trains on, in what order): another seed is "
+        "another sample of the trained model.",
     ),
 ) -> None:
     """Does training make the agent better? Base vs SFT vs SFT+RL served by vLLM on held-out
@@ -235,7 +239,7 @@ def bench_learn(
     from sweflow.bench.learn import run
 
     work_starts("collect golden trajectories, fine-tune and RL-train SmolLM2, serve each model")
-    _emit(run(quick=quick, progress=_progress), json_out)
+    _emit(run(quick=quick, progress=_progress, seed=seed), json_out)
 
 
 @bench_app.command("rl")
