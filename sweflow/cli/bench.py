@@ -225,7 +225,9 @@ def bench_learn(
         False, help="48 train and 6 held-out tasks, 40 SFT steps, 2 GRPO steps on 1 task."
     ),
     seed: int = typer.Option(
-        0, min=0, help="SFT's seed (which windows it trains on, in what order): another seed is "
+        0,
+        min=0,
+        help="SFT's seed (which windows it trains on, in what order): another seed is "
         "another sample of the trained model.",
     ),
 ) -> None:
