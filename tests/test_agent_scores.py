@@ -56,3 +56,39 @@ def test_a_run_loops_when_one_action_fills_three_replies_in_a_row() -> None:
     assert not looped(pytest_, pytest_, edit, pytest_, pytest_)
     assert not looped(pytest_, pytest_, None, pytest_)  # a reply that did not parse between
     assert rates([]).as_dict()["looped"] == 0
+
+
+def test_an_edit_tried_and_an_edit_that_went_through_are_told_apart() -> None:
+    """The funnel past the right file: the held-out student tries edits whose ``old_str`` is not
+    in the file (nothing changes) and creates reproduction scripts (no repository file changes);
+    neither is a patch of the code, and only a changed repository file is."""
+    gold = "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1,2 +1,2 @@\n def f():\n-    return 1\n"
+    gold += "+    return 2\n"
+    instance = Instance(instance_id="a__b-1", repo="a/b", base_commit="0" * 40, patch=gold)
+    missed = ActionRecord(
+        tool=EDITOR,
+        args={"command": "str_replace", "path": "/testbed/pkg/mod.py", "old_str": "return 3",
+              "new_str": "return 2"},
+        observation="No replacement was performed: old_str is not verbatim",
+    )  # fmt: skip
+    script = "--- /dev/null\n+++ b/repro.py\n@@ -0,0 +1 @@\n+import pkg\n"
+    elsewhere = "--- a/pkg/other.py\n+++ b/pkg/other.py\n@@ -5 +5 @@\n-x = 1\n+x = 2\n"
+
+    def score(patch: str, *actions: ActionRecord):
+        steps = [StepRecord(index=i, actions=[a]) for i, a in enumerate(actions)]
+        run = Trajectory(instance_id=instance.instance_id, steps=steps, patch=patch)
+        return score_run(run, instance)
+
+    tried = score(script, missed)
+    assert tried.edited and not (tried.patched or tried.right_hunk)
+    sed = ActionRecord(
+        tool=BASH, args={"command": "cd /testbed && sed -n 1,5p x.py; sed -i 's/1/2/' pkg/other.py"}
+    )
+    applied = score(elsewhere + script, sed)
+    assert applied.edited and applied.patched and not applied.right_hunk
+    fixed = score(gold, ActionRecord(tool=BASH, args={"command": "sed -e 's/a/b/' -i pkg/mod.py"}))
+    assert fixed.edited and fixed.patched and fixed.right_hunk
+    looked = score("", ActionRecord(tool=BASH, args={"command": "sed -n 1,9p pkg/mod.py"}))
+    assert looked.right_file and not (looked.edited or looked.patched)
+    counts = rates([tried, applied, fixed, looked]).as_dict()
+    assert (counts["edited"], counts["patched"], counts["right_hunk"]) == (3, 2, 1)

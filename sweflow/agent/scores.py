@@ -6,6 +6,10 @@ show before it resolves anything.
   failure: a traceback, a failed assertion or a failing test;
 - ``right_file``: it looked at a file the gold patch changes (the editor's view, or a command
   that prints it: cat, sed, head, tail, nl, less, grep on that file);
+- ``edited``: it tried to change a file (the editor's ``str_replace``, ``insert`` or ``create``,
+  or ``sed -i``), whether or not the edit went through;
+- ``patched``: its final patch changes a file the repository had (files it only created, such as
+  a reproduction script, do not count): an edit went through;
 - ``right_hunk``: its patch changes a gold file inside the lines a gold hunk changes;
 - ``submitted`` and ``resolved``: how it ended, and the grader's verdict;
 - ``looped``: it gave the same action in :data:`LOOP` replies in a row (a small model's usual
@@ -13,7 +17,9 @@ show before it resolves anything.
 
 A base model that never acts scores 0 everywhere; a model that learned to localise scores on
 ``right_file`` long before it resolves tasks, so these are the rates the learning benchmark and
-the demo report beside the resolve rate.
+the demo report beside the resolve rate. In order they are a funnel: where the counts drop is
+what the model cannot yet do (find the file, try an edit, write one that applies, put it in the
+right place, fix the bug).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from sweflow.instances import Instance
 RUNS_PYTHON = re.compile(r"(^|[\s;&|(])(python3?|pytest|py\.test)(\s|$)")
 FAILURE = re.compile(r"Traceback \(most recent call last\)|AssertionError|\bFAILED\b|Error:")
 VIEWERS = frozenset({"cat", "sed", "head", "tail", "nl", "less", "more", "grep", "awk"})
+EDITS = frozenset({"str_replace", "insert", "create"})
 LOOP = 3
 
 
@@ -45,6 +52,8 @@ class RunScore:
     valid_replies: int = 0
     reproduced: bool = False
     right_file: bool = False
+    edited: bool = False
+    patched: bool = False
     right_hunk: bool = False
     submitted: bool = False
     resolved: bool = False
@@ -81,13 +90,17 @@ def score_run(trajectory: Trajectory, instance: Instance) -> RunScore:
         for action in step.actions:
             if action.tool == EDITOR and action.args.get("command") == "view":
                 score.right_file |= _repo_path(str(action.args.get("path", ""))) in gold
+            elif action.tool == EDITOR:
+                score.edited |= action.args.get("command") in EDITS
             elif action.tool == BASH:
                 command = str(action.args.get("command", ""))
                 score.right_file |= _prints_a_file_of(command, gold)
+                score.edited |= any(_sed_in_place(words) for words in _commands(command))
                 score.reproduced |= bool(
                     RUNS_PYTHON.search(command) and FAILURE.search(action.observation)
                 )
     edited = _hunks(trajectory.patch)
+    score.patched = bool(_hunks(trajectory.patch, new=False))
     score.right_hunk = any(
         _overlap(span, gold_span)
         for path, spans in edited.items()
@@ -99,8 +112,8 @@ def score_run(trajectory: Trajectory, instance: Instance) -> RunScore:
 
 def rates(scores: list[RunScore]) -> Rates:
     """Counts and shares of the runs' behaviours."""
-    names = ("valid_replies", "reproduced", "right_file", "right_hunk", "submitted", "resolved",
-             "looped")  # fmt: skip
+    names = ("valid_replies", "reproduced", "right_file", "edited", "patched", "right_hunk",
+             "submitted", "resolved", "looped")  # fmt: skip
     counts = {name: sum(int(getattr(s, name)) for s in scores) for name in names}
     return Rates(runs=len(scores), replies=sum(s.replies for s in scores), counts=counts)
 
@@ -115,14 +128,17 @@ def _looped(trajectory: Trajectory) -> bool:
     return False
 
 
-def _hunks(patch: str) -> dict[str, list[tuple[int, int]]]:
-    """Per changed file, the source line ranges its hunks change (a pure addition: the line)."""
+def _hunks(patch: str, new: bool = True) -> dict[str, list[tuple[int, int]]]:
+    """Per changed file, the source line ranges its hunks change (a pure addition: the line);
+    ``new=False`` leaves out files the patch creates."""
     try:
         files = PatchSet(patch or "")
     except UnidiffParseError:
         return {}
     spans: dict[str, list[tuple[int, int]]] = {}
     for file in files:
+        if file.is_added_file and not new:
+            continue
         for hunk in file:
             changed = [line.source_line_no or line.target_line_no for line in hunk
                        if line.is_added or line.is_removed]  # fmt: skip
@@ -142,11 +158,24 @@ def _repo_path(path: str) -> str:
 
 def _prints_a_file_of(command: str, gold: dict[str, list[tuple[int, int]]]) -> bool:
     """A viewer (cat, sed -n, head...) run on a gold file, in any part of a command line."""
+    return any(
+        words[0] in VIEWERS and any(_repo_path(w) in gold for w in words[1:])
+        for words in _commands(command)
+    )
+
+
+def _sed_in_place(words: list[str]) -> bool:
+    return words[0] == "sed" and any(w.startswith(("-i", "--in-place")) for w in words[1:])
+
+
+def _commands(command: str) -> list[list[str]]:
+    """The words of each simple command of a command line (split at ``&&``, ``;``, pipes)."""
+    commands = []
     for part in re.split(r"&&|\|\||;|\||\n", command):
         try:
             words = shlex.split(part)
         except ValueError:
             continue
-        if words and words[0] in VIEWERS and any(_repo_path(w) in gold for w in words[1:]):
-            return True
-    return False
+        if words:
+            commands.append(words)
+    return commands

@@ -254,9 +254,10 @@ def _plots(report: dict, out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ["valid_action_rate", "reproduced_rate", "right_file_rate", "right_hunk_rate",
-             "submitted_rate", "resolved_rate", "looped_rate"]  # fmt: skip
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), width_ratios=[3, 1])
+    names = ["valid_action_rate", "reproduced_rate", "right_file_rate", "edited_rate",
+             "patched_rate", "right_hunk_rate", "submitted_rate", "resolved_rate",
+             "looped_rate"]  # fmt: skip
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 4.5), width_ratios=[3, 1])
     models = report["heldout"]
     width = 0.8 / len(models)
     for i, (model, rates) in enumerate(models.items()):
