@@ -50,3 +50,28 @@ def test_another_seed_is_another_sample_of_the_fine_tune_and_a_bad_one_is_refuse
     assert sft_config(FULL, 3).max_steps_per_epoch == FULL.sft_steps_per_epoch
     refused = CliRunner().invoke(app, ["bench", "learn", "--json", "--seed", "-1"])
     assert refused.exit_code == 2 and "--seed" in refused.output
+
+
+def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
+    """The table takes every funnel step from what the run scores produce, per model."""
+    from rich.console import Console
+
+    from sweflow.agent.scores import RunScore, rates
+    from sweflow.cli.bench import FUNNEL, print_learn_report
+
+    sft = [RunScore(replies=4, valid_replies=3, right_file=True, edited=True), RunScore(replies=2)]
+    report = {
+        "heldout_tasks": 2, "heldout_repos": ["pypi/toolz"], "train_tasks": 9, "golden_kept": 5,
+        "imitable_fraction": 1.0, "seed": 1, "minutes": 3.5, "run_dir": "runs/x",
+        "sft": {"steps": 7, "loss_first": 1.5, "loss_last": 0.25},
+        "heldout": {"base": rates([RunScore(replies=3)] * 2).as_dict(),
+                    "sft": rates(sft).as_dict()},
+        "rl_overfit": {"note": "no train task is resolved sometimes by the SFT model"},
+    }  # fmt: skip
+    console = Console(record=True, width=200)
+    print_learn_report(report, console)
+    text = console.export_text()
+    assert all(name.replace("_", " ") in text for name in FUNNEL)
+    sft_row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("sft"))
+    assert "50% of 6 replies" in sft_row and sft_row.count("1 (0.50)") == 2  # right file, edited
+    assert "loss 1.500 -> 0.250" in text and "seed 1" in text and "no train task" in text

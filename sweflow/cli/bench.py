@@ -241,7 +241,44 @@ def bench_learn(
     from sweflow.bench.learn import run
 
     work_starts("collect golden trajectories, fine-tune and RL-train SmolLM2, serve each model")
-    _emit(run(quick=quick, progress=_progress, seed=seed), json_out)
+    report = run(quick=quick, progress=_progress, seed=seed)
+    if json_out:
+        _emit(report, json_out)
+    else:
+        print_learn_report(report, console)
+
+
+FUNNEL = ("reproduced", "right_file", "edited", "patched", "right_hunk", "submitted", "resolved",
+          "looped")  # fmt: skip
+
+
+def print_learn_report(report: dict, out: Console) -> None:
+    """bench learn's figures for a person: the held-out funnel per model, then the rest."""
+    from rich.table import Table
+
+    table = Table(title=f"held-out tasks ({report['heldout_tasks']}, of "
+                  f"{', '.join(report['heldout_repos'])})")  # fmt: skip
+    table.add_column("model")
+    table.add_column("valid actions", justify="right")
+    for name in FUNNEL:
+        table.add_column(name.replace("_", " "), justify="right")
+    for model, figures in report["heldout"].items():
+        valid = f"{figures['valid_action_rate']:.0%} of {figures['replies']} replies"
+        table.add_row(model, valid, *(f"{figures[n]} ({figures[f'{n}_rate']:.2f})" for n in FUNNEL))
+    out.print(table)
+    sft, overfit = report["sft"], report["rl_overfit"]
+    loss = (f"{sft['loss_first']:.3f} -> {sft['loss_last']:.3f}"
+            if sft["loss_first"] is not None else "-")  # fmt: skip
+    out.print(f"golden trajectories: {report['golden_kept']} kept of {report['train_tasks']} "
+              f"train tasks, imitable fraction {report['imitable_fraction']:.3f}")  # fmt: skip
+    out.print(f"SFT (seed {report['seed']}): {sft['steps']} steps, loss {loss}")
+    if overfit.get("note"):
+        out.print(f"RL check: {overfit['note']}")
+    else:
+        out.print(f"RL check: {overfit['steps']} GRPO steps on {len(overfit['tasks'])} task(s), "
+                  f"resolve rate {overfit['resolve_before']} -> {overfit['resolve_after']} "
+                  f"({overfit['samples_per_task']} samples each)")  # fmt: skip
+    out.print(f"{report['minutes']} minutes; runs, models and plots in {report['run_dir']}")
 
 
 @bench_app.command("rl")
