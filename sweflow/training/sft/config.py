@@ -46,7 +46,12 @@ class SFTConfig(BaseModel):
         True, description="less memory (135M model, 2,048 tokens: 3.8 vs 6.3 GB), 16% slower steps"
     )
     compile: bool = False
-    seed: int = 0
+    seed: int = Field(
+        0,
+        ge=0,
+        description="torch's seed and the order of the training sequences (0: the data's own "
+        "order; another seed permutes them, so a capped epoch trains others)",
+    )
 
     @model_validator(mode="after")
     def _gpus_need_cuda(self) -> SFTConfig:

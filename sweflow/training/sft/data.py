@@ -5,12 +5,18 @@ skipped, a conversation longer than ``max_seq_len`` is truncated or skipped (the
 which), one whose tokens would drift from what the served model receives is skipped; each is
 counted in the :class:`DataReport`. Tasks are held out whole (every run of an instance goes to
 the same side), chosen by a seeded hash so the split is the same on every machine.
+
+The seed also orders the training sequences: torchtune's recipes shuffle with a sampler whose
+seed is fixed at 0, so the config's seed alone never changed which sequences a capped epoch
+(``max_steps_per_epoch``) trains, or their order. Seed 0 keeps the data's order; another seed
+permutes the sequences first, so another seed is another sample of the fine-tune.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,6 +212,8 @@ def prepare(
     examples = tokenize_records(records, encoder, max_seq_len, overlength, report)
     held = [e for e in examples if is_heldout(e.instance_id, heldout_fraction, seed)]
     train = [e for e in examples if not is_heldout(e.instance_id, heldout_fraction, seed)]
+    if seed:
+        random.Random(seed).shuffle(train)
     if not train:
         raise SFTDataError(
             f"{data}: none of its {len(records)} conversations is left to train on"
