@@ -232,8 +232,9 @@ def bench_learn(
     ),
 ) -> None:
     """Does training make the agent better? Base vs SFT vs SFT+RL served by vLLM on held-out
-    tasks (valid actions, reproduced, right file, right hunk, submitted, resolved), and RL's
-    resolve rate before and after on train tasks the SFT model resolves sometimes.
+    tasks (valid actions, reproduced, right file, edited, patched, right hunk, submitted,
+    resolved), and RL's resolve rate before and after on train tasks the SFT model resolves
+    sometimes.
 
     Example:
       sweflow bench learn --json --quick
