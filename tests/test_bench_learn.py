@@ -56,8 +56,8 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
     """The table takes every funnel step from what the run scores produce, per model."""
     from rich.console import Console
 
-    from sweflow.agent.scores import RunScore, rates
-    from sweflow.cli.bench import FUNNEL, print_learn_report
+    from sweflow.agent.scores import FUNNEL, RunScore, rates
+    from sweflow.cli.bench import print_learn_report
 
     sft = [RunScore(replies=4, valid_replies=3, right_file=True, edited=True), RunScore(replies=2)]
     report = {

@@ -42,6 +42,9 @@ FAILURE = re.compile(r"Traceback \(most recent call last\)|AssertionError|\bFAIL
 VIEWERS = frozenset({"cat", "sed", "head", "tail", "nl", "less", "more", "grep", "awk"})
 EDITS = frozenset({"str_replace", "insert", "create"})
 LOOP = 3
+# a run's behaviours in the order a run gets through them (the docstring's funnel)
+FUNNEL = ("reproduced", "right_file", "edited", "patched", "right_hunk", "submitted", "resolved",
+          "looped")  # fmt: skip
 
 
 @dataclass
@@ -99,11 +102,11 @@ def score_run(trajectory: Trajectory, instance: Instance) -> RunScore:
                 score.reproduced |= bool(
                     RUNS_PYTHON.search(command) and FAILURE.search(action.observation)
                 )
-    edited = _hunks(trajectory.patch)
+    changed = _hunks(trajectory.patch)
     score.patched = bool(_hunks(trajectory.patch, new=False))
     score.right_hunk = any(
         _overlap(span, gold_span)
-        for path, spans in edited.items()
+        for path, spans in changed.items()
         for span in spans
         for gold_span in gold.get(path, [])
     )
@@ -112,9 +115,8 @@ def score_run(trajectory: Trajectory, instance: Instance) -> RunScore:
 
 def rates(scores: list[RunScore]) -> Rates:
     """Counts and shares of the runs' behaviours."""
-    names = ("valid_replies", "reproduced", "right_file", "edited", "patched", "right_hunk",
-             "submitted", "resolved", "looped")  # fmt: skip
-    counts = {name: sum(int(getattr(s, name)) for s in scores) for name in names}
+    counts = {name: sum(int(getattr(s, name)) for s in scores)
+              for name in ("valid_replies", *FUNNEL)}  # fmt: skip
     return Rates(runs=len(scores), replies=sum(s.replies for s in scores), counts=counts)
 
 

@@ -31,6 +31,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 from sweflow.agent.jobs import replay_collect
+from sweflow.agent.scores import FUNNEL
 from sweflow.bench import REPO, BenchError, bench_root, wheelhouse
 from sweflow.bench.learn_runs import agent_runs, resolve_rates, served_model
 from sweflow.envcache.dataset import dataset_specs
@@ -254,9 +255,7 @@ def _plots(report: dict, out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ["valid_action_rate", "reproduced_rate", "right_file_rate", "edited_rate",
-             "patched_rate", "right_hunk_rate", "submitted_rate", "resolved_rate",
-             "looped_rate"]  # fmt: skip
+    names = ["valid_action_rate", *(f"{name}_rate" for name in FUNNEL)]
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 4.5), width_ratios=[3, 1])
     models = report["heldout"]
     width = 0.8 / len(models)

@@ -249,13 +249,11 @@ def bench_learn(
         print_learn_report(report, console)
 
 
-FUNNEL = ("reproduced", "right_file", "edited", "patched", "right_hunk", "submitted", "resolved",
-          "looped")  # fmt: skip
-
-
 def print_learn_report(report: dict, out: Console) -> None:
     """bench learn's figures for a person: the held-out funnel per model, then the rest."""
     from rich.table import Table
+
+    from sweflow.agent.scores import FUNNEL
 
     table = Table(title=f"held-out tasks ({report['heldout_tasks']}, of "
                   f"{', '.join(report['heldout_repos'])})")  # fmt: skip
