@@ -142,6 +142,13 @@ def test_editor_errors_go_back_to_the_model(endpoint, sandbox_spec, git_layer, o
                 new_str="x = 2",
             ),  # fmt: skip
             {"tool_calls": [{"name": "rm_rf", "arguments": {}}]},
+            call(
+                "str_replace_editor",
+                command="str_replace",
+                path="/testbed/hello.py",
+                old_str="def hello():",
+                new_str="def hello():",
+            ),  # fmt: skip
             call("submit"),
         ]
     )
@@ -157,6 +164,7 @@ def test_editor_errors_go_back_to_the_model(endpoint, sandbox_spec, git_layer, o
     assert obs[6].endswith("Did you mean: /testbed/hello.py?")
     assert obs[8].endswith("Did you mean: /testbed/pkg/sub/__init__.py?")  # (a package as a module)
     assert "unknown tool 'rm_rf'" in obs[9]
+    assert "new_str is the same as old_str" in obs[10]  # a line replaced by itself is no edit
     assert traj.messages[-2]["role"] == "tool"  # the bad call was answered too
     assert traj.exit_status == "submitted"
     assert traj.patch.count("diff --git") == 1 and "b/pkg/sub/__init__.py" in traj.patch

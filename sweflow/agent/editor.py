@@ -139,6 +139,8 @@ async def _str_replace(sandbox: Sandbox, path: str, old: str, new: Any) -> str:
     new = "" if new is None else new
     if not isinstance(new, str):
         raise ToolError("`new_str` must be a string")
+    if new == old:  # a small model's usual non-edit: "edited", yet the file did not change
+        raise ToolError("No replacement was performed: new_str is the same as old_str.")
     text = await _read(sandbox, path)
     count = text.count(old) if old else 0
     if count != 1:
