@@ -365,3 +365,30 @@ def test_another_seed_trains_the_sequences_in_another_order(tiny_smollm2, sft_js
 
     first, again, other = order(0), order(0), order(1)
     assert first == again and other != first and sorted(other) == sorted(first)
+
+
+def test_max_sequences_trains_whole_conversations_and_names_their_tasks(
+    tiny_smollm2, sft_jsonl, tmp_path
+):
+    """A capped epoch trains a sample of sequences (a task's edit without the steps before it);
+    max_sequences keeps whole conversations, every window of each, so that several epochs show
+    the same tasks whole; the tasks left out are counted and the kept ones named (the learning
+    bench draws its RL tasks from them)."""
+    encoder = ChatEncoder(tiny_smollm2)
+
+    def windows(out: Path, **cap) -> tuple[dict[str, int], sft_data.DataReport]:
+        _, _, report = sft_data.prepare(sft_jsonl, encoder, out, max_seq_len=1024,
+                                        overlength="split", **cap)  # fmt: skip
+        counts: dict[str, int] = {}
+        for example in sft_data.load_examples(out / "train.jsonl"):
+            counts[example.instance_id] = counts.get(example.instance_id, 0) + 1
+        return counts, report
+
+    every, full = windows(tmp_path / "all")
+    assert max(every.values()) > 1 and full.left_out == 0 and full.instances == sorted(every)
+    budget = sum(every.values()) // 2
+    for seed in (0, 5):
+        kept, report = windows(tmp_path / f"cap{seed}", max_sequences=budget, seed=seed)
+        assert kept and sum(kept.values()) <= budget < sum(every.values())
+        assert all(kept[task] == every[task] for task in kept)  # whole conversations only
+        assert report.instances == sorted(kept) and report.left_out == len(every) - len(kept)

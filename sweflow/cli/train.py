@@ -100,7 +100,9 @@ def train_sft_command(
         str(result.train_seconds),
     )
     console.print(table)
-    skipped = {k: result.data[k] for k in ("truncated", "skipped_overlength", "skipped_drift")}
+    skipped = {
+        k: result.data[k] for k in ("truncated", "skipped_overlength", "skipped_drift", "left_out")
+    }
     console.print(f"data: {result.data['lines']} lines, {skipped}", highlight=False)
     for line in result.data["malformed"]:
         console.print(f"[yellow]skipped:[/] {line}", highlight=False)

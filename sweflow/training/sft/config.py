@@ -26,6 +26,13 @@ class SFTConfig(BaseModel):
     batch_size: int = Field(1, ge=1, description="sequences per forward pass")
     gradient_accumulation_steps: int = Field(1, ge=1)
     max_steps_per_epoch: int | None = Field(None, ge=1, description="None: the whole dataset")
+    max_sequences: int | None = Field(
+        None,
+        ge=1,
+        description="train on whole conversations, taken in the seed's order while all their "
+        "sequences fit in this many (every epoch trains each of them; a capped epoch trains a "
+        "sample of sequences, parts of conversations); None: every conversation",
+    )
     max_seq_len: int = Field(2048, ge=64, description="tokens per sequence")
     overlength: Literal["split", "truncate", "skip"] = Field(
         "split",

@@ -10,6 +10,11 @@ The seed also orders the training sequences: torchtune's recipes shuffle with a 
 seed is fixed at 0, so the config's seed alone never changed which sequences a capped epoch
 (``max_steps_per_epoch``) trains, or their order. Seed 0 keeps the data's order; another seed
 permutes the sequences first, so another seed is another sample of the fine-tune.
+
+A capped epoch trains a sample of sequences: parts of conversations, a task's edit without the
+steps that led to it. ``max_sequences`` caps by whole conversations instead (taken in the seed's
+order while all their sequences fit), so that several epochs show a model every step of the same
+tasks several times: one pass does not teach a 135M model an edit's exact text.
 """
 
 from __future__ import annotations
@@ -44,9 +49,11 @@ class DataReport:
     skipped_overlength: int = 0
     skipped_drift: int = 0
     skipped_untrained: int = 0
+    left_out: int = 0  # conversations beyond max_sequences
     tokens: int = 0
     trained_tokens: int = 0
     sources: dict[str, int] = field(default_factory=dict)
+    instances: list[str] = field(default_factory=list)  # the tasks the train split holds
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,6 +198,7 @@ def prepare(
     overlength: str,
     heldout_fraction: float = 0.0,
     seed: int = 0,
+    max_sequences: int | None = None,
 ) -> tuple[Path, Path | None, DataReport]:
     """Tokenize ``data`` into ``out_dir``/train.jsonl (+ heldout.jsonl); the report says what
     became of every line. Raises SFTDataError when nothing is left to train on."""
@@ -212,6 +220,8 @@ def prepare(
     examples = tokenize_records(records, encoder, max_seq_len, overlength, report)
     held = [e for e in examples if is_heldout(e.instance_id, heldout_fraction, seed)]
     train = [e for e in examples if not is_heldout(e.instance_id, heldout_fraction, seed)]
+    if max_sequences:
+        train, report.left_out = whole_conversations(train, max_sequences, seed)
     if seed:
         random.Random(seed).shuffle(train)
     if not train:
@@ -222,10 +232,30 @@ def prepare(
     report.examples, report.heldout_examples = len(train), len(held)
     report.tokens = sum(len(e.tokens) for e in train)  # what a step's throughput is made of
     report.trained_tokens = sum(label != IGNORE for e in train for label in e.labels)
+    report.instances = sorted({e.instance_id for e in train})
     out_dir.mkdir(parents=True, exist_ok=True)
     train_path = _write(out_dir / "train.jsonl", train)
     heldout_path = _write(out_dir / "heldout.jsonl", held) if held else None
     return train_path, heldout_path, report
+
+
+def whole_conversations(
+    examples: list[Example], budget: int, seed: int
+) -> tuple[list[Example], int]:
+    """The sequences of whole conversations (a task's windows; its runs, when it has several),
+    taken in the seed's order (0: the data's) while they fit in ``budget`` sequences, and how
+    many conversations were left out."""
+    tasks: dict[str, list[Example]] = {}
+    for example in examples:
+        tasks.setdefault(example.instance_id, []).append(example)
+    order = list(tasks)
+    if seed:
+        random.Random(seed).shuffle(order)
+    taken: list[Example] = []
+    for instance in order:
+        if len(taken) + len(tasks[instance]) <= budget:
+            taken += tasks[instance]
+    return taken, len(tasks) - len({e.instance_id for e in taken})
 
 
 def _first(problems: list[str], shown: int = 3) -> str:

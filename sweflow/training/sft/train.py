@@ -94,6 +94,7 @@ def _train(
     train_path, heldout_path, report = sft_data.prepare(
         data, ChatEncoder(base), work_dir / "data", max_seq_len=config.max_seq_len,
         overlength=config.overlength, heldout_fraction=config.heldout_fraction, seed=config.seed,
+        max_sequences=config.max_sequences,
     )  # fmt: skip
     heldout = sft_data.load_examples(heldout_path) if heldout_path else []
     result = SFTResult(
