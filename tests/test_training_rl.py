@@ -73,6 +73,9 @@ def test_two_grpo_steps_update_the_policy_on_sandboxed_rewards(
     for record in records:
         assert record["episodes"] == 4 and record["loss"] is not None
         assert record["generation_s"] > 0 and record["update_s"] > 0
+        # a group of equal rewards has advantage 0: its episodes' passes are skipped, not trained
+        assert record["infra_failures"] == 0
+        assert record["extra"]["idle_episodes"] == 2 * round(2 * record["zero_spread_groups"])
     # every episode was graded in a real sandbox: its reward says why
     graded = [json.loads(p.read_text()) for p in (tmp_path / "rollouts").glob("step-*/*.json")]
     assert len(graded) == 8

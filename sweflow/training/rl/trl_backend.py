@@ -136,6 +136,7 @@ def _trainer(run: RLRun, served: Any, stack: contextlib.ExitStack,
     stack.callback(rollouts.close)
     records: list[StepRecord] = []
     ratios: list[tuple[int, float]] = []
+    idle: list[int] = []
     trainer = grpo_trainer_class()(
         model=model,
         reward_funcs=[env_reward],
@@ -144,10 +145,11 @@ def _trainer(run: RLRun, served: Any, stack: contextlib.ExitStack,
         processing_class=tokenizer,
         rollout_func=make_rollout(rollouts, records, encoder.tokenizer.eos_token_id, rl),
         callbacks=[
-            _metrics_callback(records, ratios, rollouts, work, rl, progress),
+            _metrics_callback(records, (ratios, idle), rollouts, work, rl, progress),
             trl_tensorboard(work / "tensorboard" / "trl"),
         ],  # fmt: skip
         ratios=ratios,
+        idle=idle,
     )
     for noisy in (PrinterCallback, ProgressCallback):  # the metrics callback reports instead
         trainer.remove_callback(noisy)
@@ -242,11 +244,13 @@ def trl_tensorboard(folder: Path) -> Any:
     return TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(folder)))
 
 
-def _metrics_callback(records: list[StepRecord], ratios: list[tuple[int, float]],
-                      rollouts: Rollouts, work: Path, rl: RLConfig,
-                      progress: StepProgress | None) -> Any:  # fmt: skip
+def _metrics_callback(records: list[StepRecord],
+                      passes: tuple[list[tuple[int, float]], list[int]], rollouts: Rollouts,
+                      work: Path, rl: RLConfig, progress: StepProgress | None) -> Any:  # fmt: skip
     from torch.utils.tensorboard import SummaryWriter
     from transformers import TrainerCallback
+
+    ratios, idle = passes  # the trainer's, per episode trained and per episode skipped
 
     class Metrics(TrainerCallback):
         """Starts the rollouts, tells them of each update, completes each step's rollout
@@ -262,6 +266,7 @@ def _metrics_callback(records: list[StepRecord], ratios: list[tuple[int, float]]
         def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
             self.began = time.perf_counter()
             ratios.clear()
+            idle.clear()
 
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
             publish_s = rollouts.updated(state.global_step)
@@ -271,7 +276,7 @@ def _metrics_callback(records: list[StepRecord], ratios: list[tuple[int, float]]
                 record.weight_sync_s = round((record.weight_sync_s or 0.0) + publish_s, 3)
                 spent = record.step_s - (record.wait_s or 0.0) - publish_s
                 record.update_s = round(max(0.0, spent), 3)
-                record.extra.update(importance(ratios))
+                record.extra.update(importance(ratios), idle_episodes=len(idle))
 
         def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
             """The step's loss arrives in the log that follows its end: write the step out."""
