@@ -48,6 +48,7 @@ def test_another_seed_is_another_sample_of_the_fine_tune_and_a_bad_one_is_refuse
 
     assert sft_config(FULL, 0).seed == 0 and sft_config(FULL, 3).seed == 3
     assert sft_config(FULL, 3).max_steps_per_epoch == FULL.sft_steps_per_epoch
+    assert sft_config(FULL, 3).max_sequences == FULL.sft_sequences
     refused = CliRunner().invoke(app, ["bench", "learn", "--json", "--seed", "-1"])
     assert refused.exit_code == 2 and "--seed" in refused.output
 

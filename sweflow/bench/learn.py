@@ -5,7 +5,10 @@ the demo set, toolz held out, when data/learn is absent) goes through the traini
 
 1. golden trajectories from the replay teacher on the train tasks (text mode, tamper guard on),
    and the share of their steps a student could imitate;
-2. SFT of SmolLM2-135M-Instruct on them (torchtune): the SFT model. No round of the teacher's
+2. SFT of SmolLM2-135M-Instruct on them (torchtune): the SFT model, three epochs over the whole
+   trajectories of as many tasks as fit 60 windows (one pass over 340 windows of 201 tasks never
+   taught the exact text of an edit: 0 of 25 edits of trained windows came out token for token,
+   teacher forced; three passes did, and RL got a task to train on). No round of the teacher's
    corrections (``sweflow correct``) follows: on the full run's models one round made the
    held-out right-file rate worse (0.26 -> 0 at b351665; 0.10 with corrections cut at the
    student's first loop), where a second run of 100 windows on golden runs alone gave 0.38
@@ -13,9 +16,10 @@ the demo set, toolz held out, when data/learn is absent) goes through the traini
 3. the base model, the SFT model and the SFT+RL model, each served by vLLM as ``infer`` serves
    it, run as the agent with the same limits on the held-out tasks (projects never trained on);
    per model the run scores of sweflow.agent.scores as counts and rates;
-4. "can RL learn at all": on train tasks the SFT model resolves sometimes (a rate strictly
-   between 0 and 1 at temperature 1), GRPO steps from the SFT model, and the resolve rate over
-   many samples per task before and after. The SFT+RL model of step 3 is this one.
+4. "can RL learn at all": on train tasks the SFT model trained on and resolves sometimes (a
+   rate strictly between 0 and 1 at temperature 1), GRPO steps from the SFT model, and the
+   resolve rate over many samples per task before and after. The SFT+RL model of step 3 is
+   this one.
 
 Everything lands in a run folder (trajectories, models, the JSON, PNG plots); ``quick`` runs a
 smaller plan with the same keys.
@@ -57,7 +61,7 @@ class Plan:
     train_tasks: int | None  # golden trajectories from this many train tasks (None: all)
     heldout_tasks: int | None
     sft_epochs: int
-    sft_steps_per_epoch: int | None
+    sft_steps_per_epoch: int | None  # a sample of sequences an epoch (parts of conversations)
     candidates: int  # train tasks tried for the RL check
     candidate_samples: int  # samples per candidate at temperature 1
     rl_tasks: int  # tasks the RL check trains on
@@ -67,16 +71,18 @@ class Plan:
     unguarded: bool = True  # run the SFT model once more without the agent's repeat guard
     max_tokens: int = 768  # per reply: the teacher's longest (a reproduction script) fit
     learning_rate: float = 1e-4  # full fine-tune of a 135M model on a few hundred examples
+    sft_sequences: int | None = None  # whole conversations that fit in this many, every epoch
 
 
-# The full plan fits the issue's 3 hours on 2 cores: SFT (about 13 s a 2,048-token window) is
-# capped at 340 of its ~540 windows, shuffled; the RL check trains on 2 tasks; the unguarded
-# re-run is off (the 45274b4 run measured the guard: 20 of 50 runs loop without it, 1 with it).
-# 124.0 minutes at bd11060; 163 at b351665 with 240 windows, then a correction round (64
-# students' runs, 100 windows), whose time now goes to 100 more golden windows.
+# The full plan fits the issue's 3 hours on 2 cores: SFT (about 13 s a 2,048-token window) runs
+# 3 epochs over the whole trajectories of the tasks that fit 60 windows (20 tasks, 42.7 minutes
+# at 0df320f); the RL check trains on 1 task, 6 steps (a step of 4 episodes took 6.4 minutes,
+# 4.6 of them the update); the unguarded re-run is off (the 45274b4 run measured the guard: 20
+# of 50 runs loop without it, 1 with it). Until 19845af one epoch over 340 of ~610 windows
+# (145.6 minutes with no RL: no task ever qualified).
 # The quick one fits 30 minutes: 17.6 with 48 train tasks and 1 epoch of 40 windows, as the full
 # plan takes 2/3 of its windows (2 epochs over 24 tasks' 29 windows taught it to submit at once).
-FULL = Plan(None, None, 1, 340, 16, 4, 2, 8, 16, unguarded=False)
+FULL = Plan(None, None, 3, None, 16, 4, 1, 6, 16, unguarded=False, sft_sequences=60)
 QUICK = Plan(48, 6, 1, 40, 2, 4, 1, 2, 4, max_steps=8, unguarded=False)
 
 
@@ -142,7 +148,8 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     heldout: dict[str, dict] = {}
     with served_model(base, out / "base", progress) as model:
         heldout["base"] = _runs(model, data, eval_rows, out / "base" / "heldout", plan)
-    trained = [r for r in train_rows if r.instance_id not in gold.skipped]
+    taught = set(sft.data["instances"])  # RL's candidates: tasks the SFT data holds
+    trained = [r for r in train_rows if r.instance_id in taught]
     sft_model = Path(sft.model)
     with served_model(sft_model, out / "sft", progress) as model:
         heldout["sft"] = _runs(model, data, eval_rows, out / "sft" / "heldout", plan)
@@ -185,7 +192,8 @@ def sft_config(plan: Plan, seed: int) -> SFTConfig:
     ``seed`` (checkpointing activations would save 2.5 GB of the machine's 24 for steps about
     16% slower: off)."""
     return SFTConfig(epochs=plan.sft_epochs, learning_rate=plan.learning_rate, max_seq_len=2048,
-                     max_steps_per_epoch=plan.sft_steps_per_epoch, activation_checkpointing=False,
+                     max_steps_per_epoch=plan.sft_steps_per_epoch,
+                     max_sequences=plan.sft_sequences, activation_checkpointing=False,
                      seed=seed)  # fmt: skip
 
 

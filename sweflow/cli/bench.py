@@ -227,8 +227,8 @@ def bench_learn(
     seed: int = typer.Option(
         0,
         min=0,
-        help="SFT's seed (which windows it trains on, in what order): another seed is "
-        "another sample of the trained model.",
+        help="SFT's seed (which tasks or windows it trains on, in what order): another seed "
+        "is another sample of the trained model.",
     ),
 ) -> None:
     """Does training make the agent better? Base vs SFT vs SFT+RL served by vLLM on held-out
