@@ -392,3 +392,10 @@ def test_max_sequences_trains_whole_conversations_and_names_their_tasks(
         assert kept and sum(kept.values()) <= budget < sum(every.values())
         assert all(kept[task] == every[task] for task in kept)  # whole conversations only
         assert report.instances == sorted(kept) and report.left_out == len(every) - len(kept)
+
+
+def test_a_budget_no_whole_conversation_fits_is_named(longest, tmp_path) -> None:
+    _, data, encoder, length = longest  # split in two windows or more
+    with pytest.raises(SFTDataError, match="1 with more sequences than sft.max_sequences"):
+        sft_data.prepare(data, encoder, tmp_path, max_seq_len=length * 2 // 3,
+                         overlength="split", max_sequences=1)  # fmt: skip

@@ -272,6 +272,8 @@ def _why_none_left(report: DataReport, held: int, max_seq_len: int) -> str:
                       "(raise sft.max_seq_len)")  # fmt: skip
     if held:
         causes.append(f"{held} held out (lower sft.heldout_fraction)")
+    if report.left_out:
+        causes.append(f"{report.left_out} with more sequences than sft.max_sequences (raise it)")
     if report.skipped_drift:
         causes.append(f"{report.skipped_drift} not renderable as served: "
                       f"{_first(report.malformed)}")  # fmt: skip
