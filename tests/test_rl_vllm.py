@@ -176,8 +176,10 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def test_asynchronous_grpo_on_a_served_policy(serving, rl_policy, rl_env, demo_replays, tmp_path):
     tasks = demo_replays[0].instances[:1]  # fewer than a step's: the schedule takes it twice
+    # a KL penalty makes every episode's passes count, so each has a ratio (with none, a group
+    # of equal rewards is skipped as idle and a step may have no ratio to check)
     rl = RLConfig(max_staleness=1, steps=3, tasks_per_step=2, rollouts_per_task=2,
-                  learning_rate=1e-3, checkpoint_every=1, **SHORT)  # fmt: skip
+                  learning_rate=1e-3, checkpoint_every=1, kl_coef=0.01, **SHORT)  # fmt: skip
     result = train(tasks, rl_policy, tmp_path, tmp_path / "model", rl,
                    store=demo_replays[0].store, specs=dataset_specs(demo_replays[0].dataset),
                    agent=rl_env.agent)  # fmt: skip
@@ -189,6 +191,7 @@ def test_asynchronous_grpo_on_a_served_policy(serving, rl_policy, rl_env, demo_r
     assert records[0]["off_policy"] == 0 and records[1]["off_policy"] == 4  # 2 ran during 1
     assert all(r["tokens"] > 0 and r["loss"] is not None for r in records)
     assert any(r["weight_sync_s"] > 0 for r in records)
+    assert all(r["extra"]["idle_episodes"] == 0 for r in records)  # the KL term needs them all
     # the ratio is exactly 1 on-policy; off-policy it is the trained policy over the sampler's
     # log-probabilities (never exactly 1: at the least the two compute differently)
     on = [r["extra"]["importance_ratio/on_policy"] for r in records
