@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sweflow.bench.learn import LEARN, across_projects, heldout_repos
+import pytest
+
+from sweflow.bench import BenchError
+from sweflow.bench.learn import DEMO, LEARN, RESULT, across_projects, heldout_repos
 from sweflow.instances import load_instances
 
 
@@ -76,3 +79,34 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
     sft_row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("sft"))
     assert "50% of 6 replies" in sft_row and sft_row.count("1 (0.50)") == 2  # right file, edited
     assert "loss 1.500 -> 0.250" in text and "seed 1" in text and "no train task" in text
+
+
+def test_a_cut_short_run_is_continued_by_the_same_command(tmp_path, monkeypatch) -> None:
+    """A run that stopped (here a stage refused its data; Ctrl-C and a lost session alike) keeps
+    its folder, and the same command continues it, adding up the time spent; other settings or a
+    finished run start a new folder."""
+    from sweflow.bench.learn import run
+
+    monkeypatch.setenv("SWEFLOW_CACHE", str(tmp_path / "cache"))
+    runs = tmp_path / "cache" / "bench" / "learn" / "runs"
+    dataset = tmp_path / "tasks.jsonl"  # held-out tasks only: the run stops before any work
+    lines = DEMO.read_text().splitlines(keepends=True)
+    dataset.write_text("".join(line for line in lines if '"repo": "pypi/toolz"' in line))
+    said: list[str] = []
+    spent = []
+    for _ in range(2):
+        with pytest.raises(BenchError, match="no train or no held-out task"):
+            run(quick=True, progress=said.append, dataset=dataset)
+        (folder,) = runs.iterdir()
+        spent.append(json.loads((folder / "spent.json").read_text())["seconds"])
+    assert said[0].startswith(f"continuing {folder} ") and len(said) == 1
+    assert 0 < spent[0] < spent[1]  # the second invocation added its time to the first's
+    assert json.loads((folder / "settings.json").read_text())["dataset"] == str(dataset)
+
+    with pytest.raises(BenchError):
+        run(quick=True, progress=said.append, dataset=dataset, seed=1)
+    assert len(list(runs.iterdir())) == 2 and len(said) == 1  # another seed: a new run
+    (folder / RESULT).write_text("{}")
+    with pytest.raises(BenchError):
+        run(quick=True, progress=said.append, dataset=dataset)
+    assert len(list(runs.iterdir())) == 3 and len(said) == 1  # a finished run stays as it is

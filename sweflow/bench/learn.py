@@ -28,7 +28,6 @@ smaller plan with the same keys.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from itertools import zip_longest
@@ -38,6 +37,7 @@ from sweflow.agent.jobs import replay_collect
 from sweflow.agent.scores import FUNNEL
 from sweflow.bench import REPO, BenchError, bench_root, wheelhouse
 from sweflow.bench.learn_runs import agent_runs, resolve_rates, served_model
+from sweflow.bench.run_folder import RunFolder, open_run_folder
 from sweflow.envcache.dataset import dataset_specs
 from sweflow.grading.dataset import GradingData
 from sweflow.instances import Instance
@@ -51,6 +51,7 @@ Progress = Callable[[str], None]
 LEARN = REPO / "data" / "learn" / "tasks.jsonl"
 DEMO = REPO / "data" / "demo" / "tasks.jsonl"
 DEMO_HELDOUT = ["pypi/toolz"]
+RESULT = "learn.json"  # written last: a run folder without it is continued by a re-run
 UNGUARDED = "sft_without_repeat_guard"  # the SFT model again, its repeated replies run again
 
 
@@ -72,6 +73,9 @@ class Plan:
     max_tokens: int = 768  # per reply: the teacher's longest (a reproduction script) fit
     learning_rate: float = 1e-4  # full fine-tune of a 135M model on a few hundred examples
     sft_sequences: int | None = None  # whole conversations that fit in this many, every epoch
+    # GRPO's step size: at 1e-5, 8 steps on funcy (0df320f's one-off) moved each weight by at
+    # most 8e-5 (Adam), against SFT's 180 steps of 1e-4, and the resolve rate by 1 of 16 samples
+    rl_learning_rate: float = 5e-5
 
 
 # The full plan fits the issue's 3 hours on 2 cores: SFT (about 13 s a 2,048-token window) runs
@@ -106,12 +110,26 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
         seed: int = 0) -> dict:  # fmt: skip
     """The plan on ``dataset``; ``seed`` picks the SFT's windows and their order (another seed
     is another sample of the trained model: greedy held-out runs repeat a seed's figures)."""
-    began = time.monotonic()
     plan = QUICK if quick else FULL
     dataset = dataset or (LEARN if LEARN.is_file() else DEMO)
     root = bench_root("learn")
-    out = root / "runs" / time.strftime("%Y%m%dT%H%M%S")
-    out.mkdir(parents=True)
+    named = dataset.relative_to(REPO) if dataset.is_relative_to(REPO) else dataset
+    settings = {"dataset": str(named), "plan": asdict(plan), "seed": seed}
+    run_folder = open_run_folder(root / "runs", settings, RESULT)
+    out = run_folder.path
+    if run_folder.resumed:
+        progress(f"continuing {out} (an unfinished run with these settings; delete it to start "
+                 "over)")  # fmt: skip
+    try:
+        return _measure(plan, dataset, settings, run_folder, _saving_time(progress, run_folder))
+    finally:  # Ctrl-C or a failed stage: the next run continues with the time spent so far
+        run_folder.save_time()
+
+
+def _measure(plan: Plan, dataset: Path, settings: dict, run_folder: RunFolder,
+             progress: Progress) -> dict:  # fmt: skip
+    """The plan's stages, in ``run_folder`` (each finds the work a cut-short run saved)."""
+    root, out = bench_root("learn"), run_folder.path
     # the demo builds offline from the test wheelhouse; the learning set's projects need their
     # build backends and test dependencies from the package index, as its synthesis did
     offline = wheelhouse() if dataset == DEMO else None
@@ -127,8 +145,7 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     progress(f"building {len(data.instances)} environments ({len(eval_rows)} held out)")
     if failed := [r for r in data.build() if r.status == "error"]:
         raise BenchError(f"{failed[0].instance_id} did not build: {failed[0].error}")
-    report: dict = {"dataset": str(dataset.relative_to(REPO)), "plan": asdict(plan), "seed": seed,
-                    "train_tasks": len(train_rows), "heldout_tasks": len(eval_rows),
+    report: dict = {**settings, "train_tasks": len(train_rows), "heldout_tasks": len(eval_rows),
                     "heldout_repos": sorted(held), "run_dir": str(out)}  # fmt: skip
 
     progress(f"golden trajectories: the replay teacher on {len(train_rows)} train tasks")
@@ -142,7 +159,7 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     base = resolve_model("smollm2-135m-instruct")
     progress(f"SFT on {gold.kept} golden trajectories ({plan.sft_epochs} epoch(s))")
     sft = train_sft(Path(gold.outputs["openai"]), base, out / "sft", out / "sft" / "model",
-                    sft_config(plan, seed))  # fmt: skip
+                    sft_config(plan, settings["seed"]))  # fmt: skip
     report["sft"] = _sft_figures(sft)
 
     heldout: dict[str, dict] = {}
@@ -181,10 +198,21 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     report["heldout"] = {name: _with_resolve_rate(figures["rates"])
                          for name, figures in heldout.items()}  # fmt: skip
     report["rl_overfit"] = {"resolve_after": None, **overfit}
-    report["minutes"] = round((time.monotonic() - began) / 60, 1)
+    report["minutes"] = run_folder.minutes()  # every invocation's, when a re-run continued it
     report["plots"] = _plots(report, out)
-    (out / "learn.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / RESULT).write_text(json.dumps(report, indent=1) + "\n")
     return report
+
+
+def _saving_time(progress: Progress, run_folder: RunFolder) -> Progress:
+    """``progress`` that also records the run's time at each stage it announces, so that a
+    re-run continuing a cut-short run adds up the minutes of both."""
+
+    def announce(message: str) -> None:
+        run_folder.save_time()
+        progress(message)
+
+    return announce
 
 
 def sft_config(plan: Plan, seed: int) -> SFTConfig:
@@ -226,10 +254,11 @@ def _rl_tasks(model, data: GradingData, rows: list[Instance], out: Path, plan: P
 
 def _rl_config(plan: Plan, tasks: int) -> RLConfig:
     return RLConfig(steps=plan.rl_steps, tasks_per_step=tasks, rollouts_per_task=4,
-                    learning_rate=1e-5, temperature=1.0, max_tokens_per_turn=plan.max_tokens,
+                    learning_rate=plan.rl_learning_rate, temperature=1.0,
+                    max_tokens_per_turn=plan.max_tokens,
                     max_response_length=3072, max_prompt_length=1536,
                     format_error_penalty=0.1, empty_patch_penalty=0.1,
-                    checkpoint_every=plan.rl_steps)  # fmt: skip
+                    checkpoint_every=2)  # fmt: skip
 
 
 def _agent(plan: Plan, repeat_guard: bool = True):

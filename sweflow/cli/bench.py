@@ -234,7 +234,8 @@ def bench_learn(
     """Does training make the agent better? Base vs SFT vs SFT+RL served by vLLM on held-out
     tasks (valid actions, reproduced, right file, edited, patched, right hunk, submitted,
     resolved), and RL's resolve rate before and after on train tasks the SFT model resolves
-    sometimes.
+    sometimes. A run cut short (Ctrl-C, a lost session) is continued by the same command: the
+    run folder of the same plan and seed keeps every finished stage.
 
     Example:
       sweflow bench learn --json --quick
