@@ -86,6 +86,7 @@ def test_a_cut_short_run_is_continued_by_the_same_command(tmp_path, monkeypatch)
     its folder, and the same command continues it, adding up the time spent; other settings or a
     finished run start a new folder."""
     from sweflow.bench.learn import run
+    from sweflow.training.workdir import WorkDirBusyError, work_lock
 
     monkeypatch.setenv("SWEFLOW_CACHE", str(tmp_path / "cache"))
     runs = tmp_path / "cache" / "bench" / "learn" / "runs"
@@ -101,12 +102,14 @@ def test_a_cut_short_run_is_continued_by_the_same_command(tmp_path, monkeypatch)
         spent.append(json.loads((folder / "spent.json").read_text())["seconds"])
     assert said[0].startswith(f"continuing {folder} ") and len(said) == 1
     assert 0 < spent[0] < spent[1]  # the second invocation added its time to the first's
+    with work_lock(folder), pytest.raises(WorkDirBusyError, match=str(folder)):
+        run(quick=True, progress=said.append, dataset=dataset)  # one still running in it
     assert json.loads((folder / "settings.json").read_text())["dataset"] == str(dataset)
 
     with pytest.raises(BenchError):
         run(quick=True, progress=said.append, dataset=dataset, seed=1)
-    assert len(list(runs.iterdir())) == 2 and len(said) == 1  # another seed: a new run
+    assert len(list(runs.iterdir())) == 2 and len(said) == 2  # another seed: a new run
     (folder / RESULT).write_text("{}")
     with pytest.raises(BenchError):
         run(quick=True, progress=said.append, dataset=dataset)
-    assert len(list(runs.iterdir())) == 3 and len(said) == 1  # a finished run stays as it is
+    assert len(list(runs.iterdir())) == 3 and len(said) == 2  # a finished run stays as it is

@@ -46,6 +46,7 @@ from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.trainer import train as train_rl
 from sweflow.training.sft.config import SFTConfig
 from sweflow.training.sft.train import SFTResult, train_sft
+from sweflow.training.workdir import work_lock
 
 Progress = Callable[[str], None]
 LEARN = REPO / "data" / "learn" / "tasks.jsonl"
@@ -120,10 +121,11 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     if run_folder.resumed:
         progress(f"continuing {out} (an unfinished run with these settings; delete it to start "
                  "over)")  # fmt: skip
-    try:
-        return _measure(plan, dataset, settings, run_folder, _saving_time(progress, run_folder))
-    finally:  # Ctrl-C or a failed stage: the next run continues with the time spent so far
-        run_folder.save_time()
+    with work_lock(out):  # a second bench in the same folder is refused, not interleaved
+        try:
+            return _measure(plan, dataset, settings, run_folder, _saving_time(progress, run_folder))
+        finally:  # Ctrl-C or a failed stage: the next run continues with the time spent so far
+            run_folder.save_time()
 
 
 def _measure(plan: Plan, dataset: Path, settings: dict, run_folder: RunFolder,
