@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sweflow.envcache.storefiles import write_atomic
+
 SETTINGS = "settings.json"  # what the run was started with: a re-run must match it to continue
 SPENT = "spent.json"  # seconds spent by the invocations before the current one
 
@@ -36,9 +38,7 @@ class RunFolder:
 
     def save_time(self) -> None:
         """Records the time spent so far, for an invocation that continues this one."""
-        spent = self.path / SPENT
-        spent.with_suffix(".tmp").write_text(json.dumps({"seconds": self.seconds()}))
-        spent.with_suffix(".tmp").replace(spent)
+        write_atomic(self.path / SPENT, json.dumps({"seconds": self.seconds()}), self.path)
 
 
 def open_run_folder(runs: Path, settings: dict[str, Any], result: str) -> RunFolder:
@@ -47,9 +47,7 @@ def open_run_folder(runs: Path, settings: dict[str, Any], result: str) -> RunFol
     wanted = json.loads(json.dumps(settings))  # as it reads back: tuples are lists
     if runs.is_dir():
         for folder in sorted(runs.iterdir(), reverse=True):
-            if (folder / result).exists() or not (folder / SETTINGS).is_file():
-                continue
-            if _read_json(folder / SETTINGS) == wanted:
+            if not (folder / result).exists() and _read_json(folder / SETTINGS) == wanted:
                 spent = folder / SPENT
                 earlier = (_read_json(spent) or {}).get("seconds", 0.0)
                 return RunFolder(folder, earlier, resumed=True)
