@@ -113,3 +113,33 @@ def test_a_cut_short_run_is_continued_by_the_same_command(tmp_path, monkeypatch)
     with pytest.raises(BenchError):
         run(quick=True, progress=said.append, dataset=dataset)
     assert len(list(runs.iterdir())) == 3 and len(said) == 2  # a finished run stays as it is
+
+
+def test_the_rl_check_reports_the_runs_behind_its_rates() -> None:
+    """4 of 16 against 0 of 16 reads as +0.25; the counts go beside the rates, in the JSON and
+    in the line a person reads, so a draw that small is seen for what it is."""
+    from rich.console import Console
+
+    from sweflow.agent.trajectory import Trajectory
+    from sweflow.bench.learn import _sampled
+    from sweflow.cli.bench import print_learn_report
+
+    def runs(resolved: int, of: int) -> list[Trajectory]:
+        return [Trajectory(instance_id="t", run=k, reward={"resolved": k < resolved})
+                for k in range(of)]  # fmt: skip
+
+    before, after = _sampled("before", runs(0, 16)), _sampled("after", runs(4, 16))
+    assert before == {"resolve_before": 0.0, "resolved_before": "0 of 16"}
+    assert after == {"resolve_after": 0.25, "resolved_after": "4 of 16"}
+    assert _sampled("before", []) == {"resolve_before": None}
+    report = {
+        "heldout_tasks": 1, "heldout_repos": ["pypi/toolz"], "train_tasks": 1, "golden_kept": 1,
+        "imitable_fraction": 1.0, "seed": 0, "minutes": 1.0, "run_dir": "runs/x",
+        "sft": {"steps": 1, "loss_first": None, "loss_last": None}, "heldout": {},
+        "rl_overfit": {"steps": 6, "tasks": ["t"], "samples_per_task": 16, **before, **after},
+    }  # fmt: skip
+    console = Console(record=True, width=200)
+    print_learn_report(report, console)
+    assert "resolve rate 0.0 -> 0.25 (0 of 16 -> 4 of 16 resolved; 16 samples each)" in (
+        console.export_text()
+    )

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from sweflow.agent.jobs import replay_collect
 from sweflow.agent.scores import FUNNEL
+from sweflow.agent.trajectory import Trajectory
 from sweflow.bench import REPO, BenchError, bench_root, wheelhouse
 from sweflow.bench.learn_runs import agent_runs, resolve_rates, served_model
 from sweflow.bench.run_folder import RunFolder, open_run_folder
@@ -178,7 +179,7 @@ def _measure(plan: Plan, dataset: Path, settings: dict, run_folder: RunFolder,
         chosen, before = _rl_tasks(model, data, trained, out / "sft", plan, progress)
     overfit: dict = {"tasks": [r.instance_id for r in chosen], "steps": plan.rl_steps,
                      "samples_per_task": plan.overfit_samples,
-                     "resolve_before": before}  # fmt: skip
+                     **_sampled("before", before)}  # fmt: skip
     if chosen:
         progress(f"GRPO: {plan.rl_steps} steps on {len(chosen)} task(s) the SFT model "
                  "resolves sometimes")  # fmt: skip
@@ -193,7 +194,7 @@ def _measure(plan: Plan, dataset: Path, settings: dict, run_folder: RunFolder,
             heldout["rl"] = _runs(model, data, eval_rows, out / "rl" / "heldout", plan)
             samples = _runs(model, data, chosen, out / "rl" / "overfit", plan,
                                  rollouts=plan.overfit_samples, temperature=1.0)  # fmt: skip
-            overfit["resolve_after"] = _mean(resolve_rates(samples["trajectories"]).values())
+            overfit.update(_sampled("after", samples["trajectories"]))
     else:  # no RL ran: the SFT+RL model is the SFT model
         heldout["rl"] = heldout["sft"]
         overfit["note"] = "no train task is resolved sometimes by the SFT model: RL did not run"
@@ -233,10 +234,10 @@ def _sft_figures(sft: SFTResult) -> dict:
 
 
 def _rl_tasks(model, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
-              progress: Progress) -> tuple[list[Instance], float | None]:  # fmt: skip
+              progress: Progress) -> tuple[list[Instance], list[Trajectory]]:  # fmt: skip
     """Of the train tasks the SFT model learned from (``rows``: the teacher kept them), those it
-    resolves sometimes at temperature 1 (the most uncertain first), and its resolve rate on them
-    over ``overfit_samples`` samples each."""
+    resolves sometimes at temperature 1 (the most uncertain first), and ``overfit_samples``
+    fresh runs on each of them (the samples that chose a task are a draw in its favour)."""
     candidates = rows[: plan.candidates]
     progress(f"RL check: the SFT model samples {plan.candidate_samples} runs on each of "
              f"{len(candidates)} train tasks")  # fmt: skip
@@ -248,10 +249,10 @@ def _rl_tasks(model, data: GradingData, rows: list[Instance], out: Path, plan: P
     chosen = [by_id[iid] for _, iid in sometimes[: plan.rl_tasks]]
     if not chosen:
         progress("RL check: no train task is resolved sometimes; nothing to train on")
-        return [], None
+        return [], []
     before = _runs(model, data, chosen, out / "overfit", plan,
                         rollouts=plan.overfit_samples, temperature=1.0)  # fmt: skip
-    return chosen, _mean(resolve_rates(before["trajectories"]).values())
+    return chosen, before["trajectories"]
 
 
 def _rl_config(plan: Plan, tasks: int) -> RLConfig:
@@ -282,6 +283,16 @@ def _with_resolve_rate(rates: dict) -> dict:
     return {**rates, "resolve_rate": rates["resolved_rate"]}
 
 
+def _sampled(when: str, runs: list[Trajectory]) -> dict:
+    """``resolve_<when>`` (the mean of the tasks' resolve rates) and the counts behind it: 4 of
+    16 against 0 of 16 reads as +0.25, and a second draw of 16 can move a rate that much."""
+    if not runs:
+        return {f"resolve_{when}": None}
+    resolved = sum(run.resolved for run in runs)
+    return {f"resolve_{when}": _mean(resolve_rates(runs).values()),
+            f"resolved_{when}": f"{resolved} of {len(runs)}"}  # fmt: skip
+
+
 def _mean(values) -> float | None:
     values = list(values)
     return round(sum(values) / len(values), 3) if values else None
@@ -307,9 +318,12 @@ def _plots(report: dict, out: Path) -> list[str]:
     left.legend()
     overfit = report["rl_overfit"]
     values = [overfit.get("resolve_before") or 0, overfit.get("resolve_after") or 0]
-    right.bar(["SFT", "SFT+RL"], values, color=["tab:orange", "tab:green"])
+    labels = [f"{name}\n{overfit.get(f'resolved_{when}') or ''}"
+              for name, when in (("SFT", "before"), ("SFT+RL", "after"))]  # fmt: skip
+    right.bar(labels, values, color=["tab:orange", "tab:green"])
     right.set_ylim(0, 1)
-    right.set_title(f"RL check: resolve rate\n({len(overfit['tasks'])} tasks, "
+    tasks = len(overfit["tasks"])
+    right.set_title(f"RL check: resolve rate\n({tasks} task{'s' * (tasks != 1)}, "
                     f"{overfit['samples_per_task']} samples each)")  # fmt: skip
     fig.tight_layout()
     path = out / "learn.png"

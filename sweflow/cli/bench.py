@@ -250,6 +250,13 @@ def bench_learn(
         print_learn_report(report, console)
 
 
+def _counts(overfit: dict) -> str:
+    """The runs behind the RL check's rates ("0 of 16 -> 4 of 16; "), when the run kept them."""
+    if "resolved_before" not in overfit or "resolved_after" not in overfit:
+        return ""
+    return f"{overfit['resolved_before']} -> {overfit['resolved_after']} resolved; "
+
+
 def print_learn_report(report: dict, out: Console) -> None:
     """bench learn's figures for a person: the held-out funnel per model, then the rest."""
     from rich.table import Table
@@ -277,7 +284,7 @@ def print_learn_report(report: dict, out: Console) -> None:
     else:
         out.print(f"RL check: {overfit['steps']} GRPO steps on {len(overfit['tasks'])} task(s), "
                   f"resolve rate {overfit['resolve_before']} -> {overfit['resolve_after']} "
-                  f"({overfit['samples_per_task']} samples each)")  # fmt: skip
+                  f"({_counts(overfit)}{overfit['samples_per_task']} samples each)")  # fmt: skip
     out.print(f"{report['minutes']} minutes; runs, models and plots in {report['run_dir']}")
 
 
