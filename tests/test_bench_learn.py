@@ -143,3 +143,35 @@ def test_the_rl_check_reports_the_runs_behind_its_rates() -> None:
     assert "resolve rate 0.0 -> 0.25 (0 of 16 -> 4 of 16 resolved; 16 samples each)" in (
         console.export_text()
     )
+
+
+def test_a_stage_whose_runs_are_all_saved_serves_no_model(tmp_path: Path) -> None:
+    """A continued run reads the stages it finished: their models are not started again (a
+    vLLM start costs minutes on a CPU); a run left to do, or one an infrastructure failure
+    ended, asks for the server, which then starts."""
+    from sweflow.agent.batch import trajectory_path
+    from sweflow.agent.trajectory import Trajectory
+    from sweflow.bench.learn_runs import runs_left, served_model
+    from sweflow.serving import ServeError
+
+    rows = load_instances(DEMO).raise_for_errors()[:2]
+    for row in rows:
+        Trajectory(instance_id=row.instance_id, exit_status="submitted").save(
+            trajectory_path(tmp_path, row.instance_id, 0)
+        )
+    assert runs_left(tmp_path, rows) == 0 and runs_left(tmp_path, rows, rollouts=3) == 4
+    Trajectory(instance_id=rows[0].instance_id, exit_status="sandbox_error").save(
+        trajectory_path(tmp_path, rows[0].instance_id, 0)
+    )
+    assert runs_left(tmp_path, rows) == 1
+
+    said: list[str] = []
+    missing = tmp_path / "no-model"
+    with served_model(missing, tmp_path / "serve", said.append):
+        pass  # never asked for: nothing starts, so the missing folder goes unnoticed
+    assert said == [] and not (tmp_path / "serve").exists()
+    with (
+        pytest.raises(ServeError, match="no-model"),
+        served_model(missing, tmp_path, said.append) as url,
+    ):
+        url()

@@ -37,7 +37,7 @@ from sweflow.agent.jobs import replay_collect
 from sweflow.agent.scores import FUNNEL
 from sweflow.agent.trajectory import Trajectory
 from sweflow.bench import REPO, BenchError, bench_root, wheelhouse
-from sweflow.bench.learn_runs import agent_runs, resolve_rates, served_model
+from sweflow.bench.learn_runs import ModelURL, agent_runs, resolve_rates, served_model
 from sweflow.bench.run_folder import RunFolder, open_run_folder
 from sweflow.envcache.dataset import dataset_specs
 from sweflow.grading.dataset import GradingData
@@ -233,7 +233,7 @@ def _sft_figures(sft: SFTResult) -> dict:
             "loss_last": sft.final_loss, "loss_plot": sft.loss_plot}  # fmt: skip
 
 
-def _rl_tasks(model, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
+def _rl_tasks(model: ModelURL, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
               progress: Progress) -> tuple[list[Instance], list[Trajectory]]:  # fmt: skip
     """Of the train tasks the SFT model learned from (``rows``: the teacher kept them), those it
     resolves sometimes at temperature 1 (the most uncertain first), and ``overfit_samples``
@@ -271,7 +271,7 @@ def _agent(plan: Plan, repeat_guard: bool = True):
                        repeat_guard=repeat_guard)  # fmt: skip
 
 
-def _runs(model: str, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
+def _runs(model: ModelURL, data: GradingData, rows: list[Instance], out: Path, plan: Plan,
           repeat_guard: bool = True, **sampling) -> dict:  # fmt: skip
     """Graded agent runs with the plan's limits (see learn_runs.agent_runs)."""
     agent = _agent(plan, repeat_guard)
