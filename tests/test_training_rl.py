@@ -235,3 +235,20 @@ def test_an_episode_that_hacks_the_tests_earns_nothing(rl_env, tiny_smollm2, dem
     assert not episode.infra_failure and episode.exit_status == "submitted"
     assert (episode.resolved, episode.refused) == (False, "touches_tests")
     assert episode.reward == 0.0
+
+
+def test_scale_advantages_reaches_both_trainers(tmp_path: Path) -> None:
+    """``scale_advantages: none`` (Dr. GRPO) is what TRL calls ``scale_rewards='none'`` and verl
+    ``algorithm.norm_adv_by_std_in_grpo=false``; the default keeps GRPO's division by the spread."""
+    from sweflow.training.rl.trl_backend import grpo_arguments
+    from sweflow.training.rl.verl_backend import overrides
+
+    for scale, verl_norm in (("group", "true"), ("none", "false")):
+        rl = RLConfig(scale_advantages=scale)
+        assert grpo_arguments(rl, tmp_path / scale, cpu=True).scale_rewards == scale
+        settings = overrides(rl.model_copy(update={"backend": "verl"}), Path("p"),
+                             Path("t.parquet"), Path("l.yaml"), Path("w"))  # fmt: skip
+        assert f"algorithm.norm_adv_by_std_in_grpo={verl_norm}" in settings
+    assert RLConfig().scale_advantages == "group"
+    with pytest.raises(ValidationError, match="scale_advantages"):
+        RLConfig(scale_advantages="batch")

@@ -65,6 +65,12 @@ class RLConfig(BaseModel):
         description="episodes per task (GRPO's group); default 4 on a CPU, 8 with a GPU",
     )
     learning_rate: float = Field(1e-6, gt=0)
+    scale_advantages: Literal["group", "none"] = Field(
+        "group",
+        description="group: GRPO's advantage, divided by the group's reward spread; none: not "
+        "divided (Dr. GRPO), so a group whose rewards differ only by shaping moves the policy "
+        "little",
+    )
     kl_coef: float = Field(0.0, ge=0, description="0: no KL penalty (and no reference model)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
     max_tokens_per_turn: int = Field(256, ge=8, description="tokens one reply may generate")

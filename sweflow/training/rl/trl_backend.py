@@ -222,6 +222,7 @@ def grpo_arguments(rl: RLConfig, checkpoints: Path, cpu: bool) -> Any:
         learning_rate=rl.learning_rate,
         lr_scheduler_type="constant",
         beta=rl.kl_coef,
+        scale_rewards=rl.scale_advantages,
         temperature=rl.temperature,
         max_completion_length=rl.max_response_length,
         use_cpu=cpu,

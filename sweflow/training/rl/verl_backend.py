@@ -136,6 +136,7 @@ def overrides(rl: RLConfig, policy: Path, parquet: Path, loops: Path, work: Path
     settings = {
         "algorithm.adv_estimator": ESTIMATORS[rl.algorithm],
         "algorithm.use_kl_in_reward": False,
+        "algorithm.norm_adv_by_std_in_grpo": rl.scale_advantages == "group",
         "data.train_files": str(parquet),
         "data.val_files": str(parquet),
         "data.train_batch_size": batch,
