@@ -288,14 +288,10 @@ def _sampled(when: str, runs: list[Trajectory]) -> dict:
     16 against 0 of 16 reads as +0.25, and a second draw of 16 can move a rate that much."""
     if not runs:
         return {f"resolve_{when}": None}
+    per_task = list(resolve_rates(runs).values())
     resolved = sum(run.resolved for run in runs)
-    return {f"resolve_{when}": _mean(resolve_rates(runs).values()),
+    return {f"resolve_{when}": round(sum(per_task) / len(per_task), 3),
             f"resolved_{when}": f"{resolved} of {len(runs)}"}  # fmt: skip
-
-
-def _mean(values) -> float | None:
-    values = list(values)
-    return round(sum(values) / len(values), 3) if values else None
 
 
 def _plots(report: dict, out: Path) -> list[str]:
