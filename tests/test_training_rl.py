@@ -29,7 +29,7 @@ from sweflow.training.rl.config import RLConfig, default_group_size
 from sweflow.training.rl.episode import Episode, EpisodeEnv, run_episode, shaping
 from sweflow.training.rl.generation import LocalGenerator
 from sweflow.training.rl.result import read_records
-from sweflow.training.rl.rollouts import step_prompts, summarize, trained_mask
+from sweflow.training.rl.rollouts import draw_group, step_prompts, summarize, trained_mask
 from sweflow.training.rl.trainer import train
 
 pytestmark = pytest.mark.timeout(1200)
@@ -252,3 +252,56 @@ def test_scale_advantages_reaches_both_trainers(tmp_path: Path) -> None:
     assert RLConfig().scale_advantages == "group"
     with pytest.raises(ValidationError, match="scale_advantages"):
         RLConfig(scale_advantages="batch")
+
+
+def test_dynamic_sampling_draws_a_group_again_until_its_outcomes_differ() -> None:
+    """DAPO's dynamic sampling: a group whose episodes all failed is drawn again; one that never
+    differs is masked (trained on, its advantages would be the shaping's alone)."""
+    draws = iter([[False, False], [False, False], [True, False], [True, True]])
+
+    async def draw() -> list[Episode]:
+        return [Episode("t", reward=float(ok), resolved=ok, response_ids=[1], mask=[1])
+                for ok in next(draws)]  # fmt: skip
+
+    kept, earlier = asyncio.run(draw_group(draw, rounds=3))
+    assert [e.resolved for e in kept] == [True, False] and len(earlier) == 4
+    assert not any(e.masked for e in kept)  # the first group that differs is kept as drawn
+    record = summarize(1, kept, 1.0, 1.0, group=2, redrawn=earlier)
+    assert (record.episodes, record.redrawn_groups, record.masked_groups) == (6, 2, 0)
+    assert abs(record.resolve_rate - 1 / 6) < 1e-9  # the policy's rate: every draw counts
+
+    draws = iter([[False, False], [False, False]])
+    kept, earlier = asyncio.run(draw_group(draw, rounds=1))
+    assert all("2 draws" in e.masked for e in kept) and len(earlier) == 2
+    assert trained_mask(kept[0]) == [0]
+    assert summarize(1, kept, 1.0, 1.0, group=2, redrawn=earlier).masked_groups == 1
+
+    draws = iter([[False, False]])  # off: the first draw is kept and trained, whatever it holds
+    kept, earlier = asyncio.run(draw_group(draw, rounds=0))
+    assert earlier == [] and not kept[0].masked and trained_mask(kept[0]) == [1]
+    with pytest.raises(ValidationError, match="dynamic_sampling_rounds"):
+        RLConfig(backend="verl", dynamic_sampling_rounds=2)
+
+
+def test_a_step_with_dynamic_sampling_trains_only_groups_whose_outcomes_differ(
+    rl_policy, rl_env, demo_replays, tmp_path
+):
+    """The trainer end to end: the groups drawn again are saved beside the step's, counted in its
+    record, and a masked group's episodes cost no forward or backward pass."""
+    tasks = demo_replays[0].instances[:1]
+    rl = RLConfig(steps=1, tasks_per_step=1, rollouts_per_task=2, dynamic_sampling_rounds=1,
+                  checkpoint_every=1, **SHORT)  # fmt: skip
+    train(tasks, rl_policy, tmp_path, tmp_path / "model", rl, store=demo_replays[0].store,
+          specs=dataset_specs(demo_replays[0].dataset), agent=rl_env.agent)  # fmt: skip
+    (record,) = read_records(tmp_path / "metrics.jsonl")
+    step = tmp_path / "rollouts" / "step-0001"
+    redrawn = sorted((step / "redrawn").glob("*.json")) if (step / "redrawn").is_dir() else []
+    assert record["episodes"] == 2 + len(redrawn) == 2 * (1 + record["redrawn_groups"])
+    kept = [json.loads(p.read_text())["reward"]["resolved"] for p in step.glob("*.json")]
+    if record["masked_groups"]:  # no draw differed: nothing trained, no pass run
+        assert record["redrawn_groups"] == 1 and len(set(kept)) == 1
+        assert record["extra"]["idle_episodes"] == 2
+        before, after = _weights(rl_policy), _weights(tmp_path / "model")
+        assert all(torch.equal(before[k], after[k]) for k in before)
+    else:
+        assert len(set(kept)) == 2

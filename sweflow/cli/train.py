@@ -175,13 +175,13 @@ def train_rl_command(
                        progress=on_step)  # fmt: skip
     table = Table(title=f"sweflow train rl ({result.backend})")
     columns = ("step", "reward", "resolved", "valid actions", "turns", "refused",
-               "groups without spread", "infra failures", "generation s", "env s",
-               "update s")  # fmt: skip
+               "groups without spread", "groups redrawn", "infra failures", "generation s",
+               "env s", "update s")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right")
     cells = {"mean_reward": "{:+.3f}", "resolve_rate": "{:.0%}", "valid_action_rate": "{:.0%}",
              "episode_turns": "{:.1f}", "refused": "{}", "zero_spread_groups": "{:.0%}",
-             "infra_failures": "{}", "generation_s": "{:.1f}",
+             "redrawn_groups": "{}", "infra_failures": "{}", "generation_s": "{:.1f}",
              "env_s": "{:.1f}", "update_s": "{:.1f}"}  # fmt: skip
     for r in result.records:  # "-": not measured (by this step, or by this backend)
         shown = ["-" if r.get(key) is None else cell.format(r[key]) for key, cell in cells.items()]

@@ -91,8 +91,8 @@ def rl(ctx: StageContext) -> StageResult:
 
 def _row(record: dict) -> dict:
     keys = ("step", "mean_reward", "resolve_rate", "valid_action_rate", "episode_turns",
-            "refused", "zero_spread_groups", "infra_failures", "generation_s", "env_s",
-            "update_s", "loss")  # fmt: skip
+            "refused", "zero_spread_groups", "redrawn_groups", "infra_failures", "generation_s",
+            "env_s", "update_s", "loss")  # fmt: skip
     return {key: record.get(key) for key in keys}
 
 

@@ -162,6 +162,7 @@ class Episode:
     resolved: bool = False
     refused: str = ""  # the tamper guard's reason, when it refused the patch
     infra_failure: str = ""
+    masked: str = ""  # why the episode trains nothing though it was scored (dynamic sampling)
     exit_status: str = ""
     steps: int = 0
     valid_steps: int = 0

@@ -28,6 +28,8 @@ class StepRecord:
     off_policy: int | None = 0  # episodes trained by a newer policy than the one that sampled them
     policy_version: int | None = None  # updates the policy that sampled the episodes had had
     zero_spread_groups: float | None = 0.0  # share of groups whose rewards were all equal
+    redrawn_groups: int | None = 0  # groups drawn again by dynamic sampling (no outcome differed)
+    masked_groups: int | None = 0  # groups whose outcomes never differed: masked out of the loss
     mean_reward: float | None = None
     resolve_rate: float | None = 0.0
     valid_action_rate: float | None = 0.0

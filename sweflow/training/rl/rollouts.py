@@ -5,7 +5,9 @@ consecutive), taken in a seeded shuffle of the train tasks (:func:`step_prompts`
 schedule however the episodes generate, so runs that differ only in how they generate train the
 same tasks at each step). All of a step's episodes run at once on one event loop in a thread of
 its own; the generator (sweflow.training.rl.generation) says which policy version samples them,
-and each episode records it.
+and each episode records it. With dynamic sampling (``rl.dynamic_sampling_rounds``) a task's
+group whose outcomes do not differ is drawn again (:func:`draw_group`); the step's record
+counts those draws and the groups masked because they never differed.
 
 Synchronous steps (``max_staleness`` 0, the default): the trainer asks for step k's episodes
 once update k-1 is done (:meth:`Rollouts.take`) and waits for them; with a served policy the
@@ -21,9 +23,11 @@ one that generated it, and each batch says how far behind each of its episodes i
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,21 +66,27 @@ def step_prompts(tasks: list[str], step: int, rl: RLConfig) -> list[str]:
 
 
 def summarize(step: int, episodes: list[Episode], rollout_s: float, busy_s: float, group: int,
-              rl: RLConfig | None = None) -> StepRecord:  # fmt: skip
+              rl: RLConfig | None = None,
+              redrawn: list[Episode] | None = None) -> StepRecord:  # fmt: skip
     """The step's rollout figures; generation is the model's busy time, the environment the
     rest of the rollout's wall time (sandboxes, tools, grading, on the critical path). Episodes
-    come in groups of ``group`` consecutive ones."""
-    scored = [e for e in episodes if not e.infra_failure]
+    come in groups of ``group`` consecutive ones; ``redrawn`` are the groups dynamic sampling
+    drew before them, counted in the rates (the policy's, not the kept groups') but not trained."""
+    redrawn = redrawn or []
+    drawn = episodes + redrawn
+    scored = [e for e in drawn if not e.infra_failure]
     turns = sum(e.steps for e in scored)
     groups = [episodes[i : i + group] for i in range(0, len(episodes), group)]
     filtered = sum(e.hit_limit for e in scored) if rl and rl.compact_filtering else 0
     return StepRecord(
         step=step,
-        episodes=len(episodes),
-        infra_failures=len(episodes) - len(scored),
+        episodes=len(drawn),
+        infra_failures=len(drawn) - len(scored),
         refused=sum(bool(e.refused) for e in scored),
         filtered=filtered,
         zero_spread_groups=round(sum(map(_no_spread, groups)) / max(len(groups), 1), 3),
+        redrawn_groups=len(redrawn) // group,
+        masked_groups=sum(all(e.masked for e in g) for g in groups),
         mean_reward=sum(e.reward or 0.0 for e in scored) / len(scored) if scored else None,
         resolve_rate=sum(e.resolved for e in scored) / max(len(scored), 1),
         valid_action_rate=sum(e.valid_steps for e in scored) / max(turns, 1),
@@ -90,10 +100,34 @@ def summarize(step: int, episodes: list[Episode], rollout_s: float, busy_s: floa
 
 def trained_mask(episode: Episode, rl: RLConfig | None = None) -> list[int]:
     """1 on the tokens the policy generated, 0 on the environment's; all 0 for an episode the
-    machinery failed, or that hit a limit when ``rl.compact_filtering`` is on, so it trains
-    nothing and counts in no loss normalisation."""
+    machinery failed, that dynamic sampling masked, or that hit a limit when
+    ``rl.compact_filtering`` is on, so it trains nothing and counts in no loss normalisation."""
     filtered = rl is not None and rl.compact_filtering and episode.hit_limit
-    return [0] * len(episode.response_ids) if episode.infra_failure or filtered else episode.mask
+    dropped = episode.infra_failure or episode.masked or filtered
+    return [0] * len(episode.response_ids) if dropped else episode.mask
+
+
+async def draw_group(draw: Callable[[], Awaitable[list[Episode]]],
+                     rounds: int) -> tuple[list[Episode], list[Episode]]:  # fmt: skip
+    """A task's group from ``draw`` and, with dynamic sampling (``rounds`` > 0), drawn again up
+    to ``rounds`` times while its outcomes do not differ (all resolved, or none): the kept group
+    and the groups drawn before it. A group that never differs is masked: its advantages would
+    be the shaping's alone, which GRPO's division by the spread makes as large as a success's."""
+    earlier: list[Episode] = []
+    group = await draw()
+    for _ in range(rounds):
+        if _outcomes_differ(group):
+            break
+        earlier += group
+        group = await draw()
+    if rounds and not _outcomes_differ(group):
+        for episode in group:
+            episode.masked = f"no outcome differed in {rounds + 1} draws of its group"
+    return group, earlier
+
+
+def _outcomes_differ(group: list[Episode]) -> bool:
+    return len({e.resolved for e in group if not e.infra_failure}) > 1
 
 
 def _no_spread(group: list[Episode]) -> bool:
@@ -223,19 +257,32 @@ class Rollouts:
         generator = self.generator
         version, busy, tokens = generator.version, generator.busy_s, generator.generated
         began = time.perf_counter()
-        jobs = [run_episode(self.tasks[p], self.env, self.encoder, generator, self.rl,
-                            name=f"policy@{version}")
-                for p in step_prompts(list(self.tasks), step, self.rl)]  # fmt: skip
-        episodes = list(await asyncio.gather(*jobs))
-        for episode in episodes:
-            episode.policy_version = version
+        size, rounds = self.rl.rollouts_per_task, self.rl.dynamic_sampling_rounds
+        prompts = step_prompts(list(self.tasks), step, self.rl)
+        groups = [prompts[i : i + size] for i in range(0, len(prompts), size)]
+        draws = await asyncio.gather(
+            *(draw_group(functools.partial(self._episodes, group, version), rounds)
+              for group in groups)
+        )  # fmt: skip
+        episodes = [e for kept, _ in draws for e in kept]
+        redrawn = [e for _, earlier in draws for e in earlier]
         record = summarize(step, episodes, time.perf_counter() - began,
-                           generator.busy_s - busy, self.rl.rollouts_per_task, self.rl)  # fmt: skip
+                           generator.busy_s - busy, size, self.rl, redrawn)  # fmt: skip
         record.tokens = generator.generated - tokens
         record.weight_sync_s = round(sync_s, 3)
         record.policy_version = version
         save_episodes(episodes, self.folder / f"step-{step:04d}")
+        if redrawn:
+            save_episodes(redrawn, self.folder / f"step-{step:04d}" / "redrawn")
         return Batch(step, episodes, record)
+
+    async def _episodes(self, prompts: list[str], version: int) -> list[Episode]:
+        jobs = [run_episode(self.tasks[p], self.env, self.encoder, self.generator, self.rl,
+                            name=f"policy@{version}") for p in prompts]  # fmt: skip
+        episodes = list(await asyncio.gather(*jobs))
+        for episode in episodes:
+            episode.policy_version = version
+        return episodes
 
     def _refresh(self, step: int) -> float:
         """Bring a served policy's weights up to date for step ``step`` when due; the seconds

@@ -14,11 +14,13 @@ but, without its own vLLM, never uses them; the trainer here passes them as
 ratio over each episode's trained tokens is appended to ``ratios`` as ``(lag, ratio)``.
 
 An episode whose advantage is 0 (a group whose rewards are all equal: on a small model, most of
-them) adds nothing to the gradient when no other term of the loss depends on it (no KL penalty,
-entropy bonus or router loss): its forward and backward passes, most of a CPU step, are skipped
-and counted in ``idle``. The gradient is the same; a step whose every episode is idle changes no
-weight (the optimizer's moments are not applied to a zero gradient). "0" is below ``IDLE``: the
-mean of 8 equal float32 rewards is off by 7e-9, which the group's tiny std scales to 7e-5.
+them), or whose every token is masked (dropped for an infrastructure failure, filtered, masked by
+dynamic sampling), adds nothing to the gradient when no other term of the loss depends on it (no
+KL penalty, entropy bonus or router loss): its forward and backward passes, most of a CPU step,
+are skipped and counted in ``idle``. The gradient is the same; a step whose every episode is idle
+changes no weight (the optimizer's moments are not applied to a zero gradient). "0" is below
+``IDLE``: the mean of 8 equal float32 rewards is off by 7e-9, which the group's tiny std scales
+to 7e-5.
 """
 
 from __future__ import annotations
@@ -72,10 +74,12 @@ def grpo_trainer_class() -> type:
             return loss
 
         def _adds_nothing(self, inputs: dict[str, Any]) -> bool:
-            """Whether the episode's gradient is 0 whatever its log-probabilities (on one
-            process: several must run the same passes)."""
+            """Whether the episode's gradient is 0 whatever its log-probabilities: its
+            advantage is 0 or every token is masked (on one process: several must run the same
+            passes)."""
+            masked = not bool((inputs["completion_mask"] * inputs.get("tool_mask", 1)).any())
             return (
-                bool(inputs["advantages"].abs().max() < IDLE)
+                (masked or bool(inputs["advantages"].abs().max() < IDLE))
                 and self.beta == 0.0
                 and not self._entropy_bonus_enabled
                 and not self.aux_loss_enabled
