@@ -175,3 +175,38 @@ def test_a_stage_whose_runs_are_all_saved_serves_no_model(tmp_path: Path) -> Non
         served_model(missing, tmp_path, said.append) as url,
     ):
         url()
+
+
+def test_a_run_with_other_rl_settings_starts_from_the_earlier_runs_first_stages(tmp_path: Path):
+    """Its teacher, SFT and held-out stages are copied from the newest run whose settings match
+    up to RL (the published model hard-linked, checkpoints left out); the earlier run's files
+    stay its own, and a run that differs before RL starts empty."""
+    from sweflow.bench.learn import BEFORE_RL, _before_rl
+    from sweflow.bench.run_folder import open_run_folder
+
+    runs = tmp_path / "runs"
+    first = {"dataset": "d", "seed": 0, "plan": {"sft_epochs": 3, "rl_steps": 6}}
+    earlier = open_run_folder(runs, first, RESULT, BEFORE_RL, _before_rl).path
+    for name, text in (("gold/trajectories/t.json", "{}"), ("sft/model/w.safetensors", "w"),
+                       ("sft/checkpoints/epoch_0/w.bin", "c"), ("sft/vllm.log", "served\n"),
+                       ("rl/model/w.safetensors", "rl")):  # fmt: skip
+        (earlier / name).parent.mkdir(parents=True, exist_ok=True)
+        (earlier / name).write_text(text)
+    (earlier / RESULT).write_text("{}")  # finished: its stages still serve a later run
+
+    other_rl = {**first, "plan": {"sft_epochs": 3, "rl_steps": 8}}
+    later = open_run_folder(runs, other_rl, RESULT, BEFORE_RL, _before_rl)
+    assert later.stages_from == earlier and not later.resumed
+    new = later.path
+    assert (new / "gold/trajectories/t.json").read_text() == "{}"
+    assert (new / "sft/model/w.safetensors").samefile(earlier / "sft/model/w.safetensors")
+    assert not (new / "sft/checkpoints").exists() and not (new / "rl").exists()
+    with (new / "sft/vllm.log").open("a") as log:  # a stage that serves again appends
+        log.write("again\n")
+    assert (earlier / "sft/vllm.log").read_text() == "served\n"
+    assert json.loads((new / "settings.json").read_text()) == other_rl
+
+    other_sft = {**first, "plan": {"sft_epochs": 2, "rl_steps": 8}}
+    fresh = open_run_folder(runs, other_sft, RESULT, BEFORE_RL, _before_rl)
+    assert fresh.stages_from is None
+    assert list(fresh.path.iterdir()) == [fresh.path / "settings.json"]

@@ -78,17 +78,30 @@ class Plan:
     # GRPO's step size: at 1e-5, 8 steps on funcy (0df320f's one-off) moved each weight by at
     # most 8e-5 (Adam), against SFT's 180 steps of 1e-4, and the resolve rate by 1 of 16 samples
     rl_learning_rate: float = 5e-5
+    # DAPO's dynamic sampling: a group of 4 episodes with no success is drawn again, up to 3 more
+    # times, and masked if none differs (the full run at f897ae1 trained on 24 episodes without a
+    # success among them: every update followed the shaping alone, toward a first action that
+    # never resolves)
+    rl_dynamic_rounds: int = 3
+
+
+# The plan's fields that only the RL check reads: a run that differs from an earlier one only in
+# these starts from that run's teacher, SFT and held-out stages (their folders copied)
+RL_ONLY = ("candidates", "candidate_samples", "rl_tasks", "rl_steps", "overfit_samples",
+           "rl_learning_rate", "rl_dynamic_rounds")  # fmt: skip
+BEFORE_RL = ("gold", "sft", "base")
 
 
 # The full plan fits the issue's 3 hours on 2 cores: SFT (about 13 s a 2,048-token window) runs
 # 3 epochs over the whole trajectories of the tasks that fit 60 windows (20 tasks, 42.7 minutes
 # at 0df320f); the RL check trains on 1 task, 6 steps (a step of 4 episodes took 6.4 minutes,
 # 4.6 of them the update); the unguarded re-run is off (the 45274b4 run measured the guard: 20
-# of 50 runs loop without it, 1 with it). Until 19845af one epoch over 340 of ~610 windows
-# (145.6 minutes with no RL: no task ever qualified).
+# of 50 runs loop without it, 1 with it); 32 samples a side for the check (two draws of 16 of the
+# same SFT model on glom resolved 0 and 4 at f897ae1: as far apart as the target). Until 19845af
+# one epoch over 340 of ~610 windows (145.6 minutes with no RL: no task ever qualified).
 # The quick one fits 30 minutes: 17.6 with 48 train tasks and 1 epoch of 40 windows, as the full
 # plan takes 2/3 of its windows (2 epochs over 24 tasks' 29 windows taught it to submit at once).
-FULL = Plan(None, None, 3, None, 16, 4, 1, 6, 16, unguarded=False, sft_sequences=60)
+FULL = Plan(None, None, 3, None, 16, 4, 1, 6, 32, unguarded=False, sft_sequences=60)
 QUICK = Plan(48, 6, 1, 40, 2, 4, 1, 2, 4, max_steps=8, unguarded=False)
 
 
@@ -117,11 +130,14 @@ def run(quick: bool = False, progress: Progress = print, dataset: Path | None = 
     root = bench_root("learn")
     named = dataset.relative_to(REPO) if dataset.is_relative_to(REPO) else dataset
     settings = {"dataset": str(named), "plan": asdict(plan), "seed": seed}
-    run_folder = open_run_folder(root / "runs", settings, RESULT)
+    run_folder = open_run_folder(root / "runs", settings, RESULT, BEFORE_RL, _before_rl)
     out = run_folder.path
     if run_folder.resumed:
         progress(f"continuing {out} (an unfinished run with these settings; delete it to start "
                  "over)")  # fmt: skip
+    elif run_folder.stages_from:
+        progress(f"starting from the teacher, SFT and held-out stages of {run_folder.stages_from}"
+                 " (the same settings up to RL)")  # fmt: skip
     with work_lock(out):  # a second bench in the same folder is refused, not interleaved
         try:
             return _measure(plan, dataset, settings, run_folder, _saving_time(progress, run_folder))
@@ -150,6 +166,8 @@ def _measure(plan: Plan, dataset: Path, settings: dict, run_folder: RunFolder,
         raise BenchError(f"{failed[0].instance_id} did not build: {failed[0].error}")
     report: dict = {**settings, "train_tasks": len(train_rows), "heldout_tasks": len(eval_rows),
                     "heldout_repos": sorted(held), "run_dir": str(out)}  # fmt: skip
+    if run_folder.stages_from:  # its minutes are not in this run's
+        report["stages_from"] = str(run_folder.stages_from)
 
     progress(f"golden trajectories: the replay teacher on {len(train_rows)} train tasks")
     gold = replay_collect(train_rows, store=data.store, specs=data.specs, out_dir=out / "gold",
@@ -207,6 +225,12 @@ def _measure(plan: Plan, dataset: Path, settings: dict, run_folder: RunFolder,
     return report
 
 
+def _before_rl(settings: dict) -> dict:
+    """The settings the stages before the RL check depend on."""
+    plan = {name: value for name, value in settings["plan"].items() if name not in RL_ONLY}
+    return {**settings, "plan": plan}
+
+
 def _saving_time(progress: Progress, run_folder: RunFolder) -> Progress:
     """``progress`` that also records the run's time at each stage it announces, so that a
     re-run continuing a cut-short run adds up the minutes of both."""
@@ -258,6 +282,7 @@ def _rl_tasks(model: ModelURL, data: GradingData, rows: list[Instance], out: Pat
 def _rl_config(plan: Plan, tasks: int) -> RLConfig:
     return RLConfig(steps=plan.rl_steps, tasks_per_step=tasks, rollouts_per_task=4,
                     learning_rate=plan.rl_learning_rate, temperature=1.0,
+                    dynamic_sampling_rounds=plan.rl_dynamic_rounds,
                     max_tokens_per_turn=plan.max_tokens,
                     max_response_length=3072, max_prompt_length=1536,
                     format_error_penalty=0.1, empty_patch_penalty=0.1,

@@ -5,12 +5,20 @@ teacher's trajectories, the published SFT model, graded agent runs, RL checkpoin
 cut short (Ctrl-C, a lost session) is continued by running the same command again: the newest
 unfinished folder whose settings match is reused, and the time every invocation spent in it adds
 up to the run's minutes.
+
+A run whose settings differ from an earlier run's only in what later stages do (``bench learn``
+with other RL settings) starts from that run's earlier stages: their folders are copied into the
+new one (a published model's files hard-linked, training checkpoints left out), and the stages
+find their work done, as in a continued run.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +27,8 @@ from sweflow.envcache.storefiles import write_atomic
 
 SETTINGS = "settings.json"  # what the run was started with: a re-run must match it to continue
 SPENT = "spent.json"  # seconds spent by the invocations before the current one
+LINKED = "model"  # a published model's folder: written once, its files hard-linked when copied
+LEFT_OUT = "checkpoints"  # training state a published model no longer needs
 
 
 @dataclass
@@ -28,6 +38,7 @@ class RunFolder:
     path: Path
     earlier_s: float = 0.0
     resumed: bool = False
+    stages_from: Path | None = None  # the earlier run whose first stages it started from
     began: float = field(default_factory=time.monotonic)
 
     def seconds(self) -> float:
@@ -41,16 +52,20 @@ class RunFolder:
         write_atomic(self.path / SPENT, json.dumps({"seconds": self.seconds()}), self.path)
 
 
-def open_run_folder(runs: Path, settings: dict[str, Any], result: str) -> RunFolder:
+def open_run_folder(runs: Path, settings: dict[str, Any], result: str,
+                    stages: Sequence[str] = (),
+                    stages_key: Callable[[dict], Any] | None = None) -> RunFolder:  # fmt: skip
     """The newest folder under ``runs`` started with ``settings`` and holding no ``result`` file
-    yet (continued), else a new one named by the time it starts."""
+    yet (continued), else a new one named by the time it starts, holding a copy of the
+    ``stages`` folders of the newest earlier run whose settings differ but have the same
+    ``stages_key``."""
     wanted = json.loads(json.dumps(settings))  # as it reads back: tuples are lists
-    if runs.is_dir():
-        for folder in sorted(runs.iterdir(), reverse=True):
-            if not (folder / result).exists() and _read_json(folder / SETTINGS) == wanted:
-                spent = folder / SPENT
-                earlier = (_read_json(spent) or {}).get("seconds", 0.0)
-                return RunFolder(folder, earlier, resumed=True)
+    earlier = sorted(runs.iterdir(), reverse=True) if runs.is_dir() else []
+    for folder in earlier:
+        if not (folder / result).exists() and _read_json(folder / SETTINGS) == wanted:
+            spent = folder / SPENT
+            seconds = (_read_json(spent) or {}).get("seconds", 0.0)
+            return RunFolder(folder, seconds, resumed=True)
     runs.mkdir(parents=True, exist_ok=True)
     stamp, n = time.strftime("%Y%m%dT%H%M%S"), 1
     folder = runs / stamp
@@ -58,8 +73,38 @@ def open_run_folder(runs: Path, settings: dict[str, Any], result: str) -> RunFol
         n += 1
         folder = runs / f"{stamp}-{n}"
     folder.mkdir()
+    run = RunFolder(folder)
+    if stages_key is not None:
+        key = stages_key(wanted)  # the same settings again measure again, from the start
+        source = next((f for f in earlier if _read_json(f / SETTINGS) != wanted
+                       and _stages_key(f, stages_key) == key), None)  # fmt: skip
+        if source is not None:
+            for stage in stages:
+                if (source / stage).is_dir():
+                    _copy_stage(source / stage, folder / stage)
+            run.stages_from = source
+    # written last: a folder cut short while its stages were copied is never continued
     (folder / SETTINGS).write_text(json.dumps(wanted, indent=1) + "\n")
-    return RunFolder(folder)
+    return run
+
+
+def _stages_key(folder: Path, stages_key: Callable[[dict], Any]) -> Any:
+    settings = _read_json(folder / SETTINGS)
+    return None if settings is None else stages_key(settings)
+
+
+def _copy_stage(source: Path, target: Path) -> None:
+    """``source``'s tree at ``target``: files copied (stages append to logs, rewrite records),
+    a published model's files hard-linked, training checkpoints left out."""
+
+    def copy(src: str, dst: str) -> None:
+        if LINKED in Path(src).relative_to(source).parts:
+            os.link(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(LEFT_OUT), copy_function=copy,
+                    symlinks=True)  # fmt: skip
 
 
 def _read_json(path: Path) -> Any:
