@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,6 +61,9 @@ def test_a_few_steps_lower_the_loss_and_the_checkpoint_loads(tiny_smollm2, sft_j
     assert "device: cpu" in recipe and "dtype: fp32" in recipe
     again = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", config)
     assert again.inputs_digest == result.inputs_digest and again.steps == n  # found, not re-run
+    copied = shutil.copytree(model, tmp_path / "copied" / "model")  # a run's stages copied
+    found = train_sft(sft_jsonl, tiny_smollm2, tmp_path / "copied", copied, config)
+    assert found.model == str(copied) and found.steps == n  # served from where it lies now
 
 
 def test_lora_trains_and_publishes_merged_weights(tiny_smollm2, sft_jsonl, tmp_path):

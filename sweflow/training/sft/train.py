@@ -172,14 +172,15 @@ def _card_metrics(result: SFTResult) -> dict[str, Any]:
 
 
 def _published(out: Path, inputs: str) -> SFTResult | None:
-    """The result recorded in ``out`` when it was trained from the same inputs."""
+    """The result recorded in ``out`` when it was trained from the same inputs; its model is
+    ``out`` (the record keeps the folder it was trained in, a copied run's included)."""
     try:
         record = json.loads((out / RECORD).read_text())
     except (OSError, ValueError):
         return None
     if record.get("inputs_digest") != inputs:
         return None
-    return SFTResult(**record)
+    return SFTResult(**{**record, "model": str(out)})
 
 
 def plot_losses(records: list[dict], heldout: dict[str, float | None], path: Path) -> Path | None:
