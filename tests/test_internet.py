@@ -38,11 +38,21 @@ for name, url, timeout in [("unknown_name", "http://doesnotexist.google.com", 5)
         out[name] = ["answered"]
     except requests.RequestException as exc:
         out[name] = [type(exc).__name__, round(time.monotonic() - start, 1)]
-try:
-    requests.get("https://httpbin.org/get", verify=requests.certs.where())
-    out["untrusted"] = "accepted"
-except requests.exceptions.SSLError:
-    out["untrusted"] = "refused"
+# what requests' own bundle of public roots trusts (old releases' Session.send uses only it)
+prepared = requests.Request("GET", "https://httpbin.org/get").prepare()
+out["bundled_roots"] = requests.Session().send(prepared).status_code
+with open(requests.certs.where()) as f:
+    roots = f.read()
+out["bundle_untouched"] = open(os.environ["REQUESTS_CA_BUNDLE"]).read() not in roots
+with open("/tmp/one-root.pem", "w") as f:  # a project's own CA file: one unrelated root
+    f.write(roots[roots.index("-----BEGIN"):roots.index("-----END CERTIFICATE-----") + 25])
+for name, url, verify in [("own_ca_file", "https://httpbin.org/get", "/tmp/one-root.pem"),
+                          ("wrong_name", "https://127.0.0.1/get", True)]:
+    try:
+        requests.get(url, verify=verify)
+        out[name] = "accepted"
+    except requests.exceptions.SSLError:
+        out[name] = "refused"
 print(json.dumps(out))
 """
 
@@ -54,12 +64,14 @@ def service_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     script = "set -euo pipefail\n" + internet.certificate_commands(HOSTS)
     subprocess.run(["bash", "-c", script], cwd=folder, check=True, capture_output=True)
     (folder / "emulated_internet.py").write_text(internet.start_script())
+    (folder / "trust").mkdir()
+    (folder / "trust" / "sitecustomize.py").write_text(internet.trust_hook())
     return folder
 
 
 def test_the_emulated_internet_serves_its_hosts_and_nothing_else(service_dir: Path) -> None:
     files = sorted(p.name for p in service_dir.iterdir())  # the CA's key is gone
-    assert files == ["ca.pem", "emulated_internet.py", "server.key", "server.pem"]
+    assert files == ["ca.pem", "emulated_internet.py", "server.key", "server.pem", "trust"]
     python = sys.executable  # the suite's venv: httpbin[mainapp] is a test dependency
     start = internet.start_command(HOSTS).replace(f"{internet.PREFIX}/bin/python", python)
     # The host's root hides /root and /tmp, where the venv and its interpreter may live.
@@ -84,7 +96,10 @@ def test_the_emulated_internet_serves_its_hosts_and_nothing_else(service_dir: Pa
     assert seen["unknown_name"][0] == "ConnectionError" and seen["unknown_name"][1] < 2
     assert seen["unrouted"][0] == "ConnectTimeout"  # dropped, as behind a firewall
     assert seen["closed_port"][0] == "ConnectionError" and seen["closed_port"][1] < 2
-    assert seen["untrusted"] == "refused"  # only the build's CA vouches for these names
+    # the CA stands for a public root: bundles of them trust it (no file changed), a project's
+    # own CA file does not, and names are checked
+    assert seen["bundled_roots"] == 200 and seen["bundle_untouched"]
+    assert seen["own_ca_file"] == "refused" and seen["wrong_name"] == "refused"
     # A second start in the same sandbox (a re-run) finds it running and trusts it again.
     assert again.ok and again.output.strip().endswith(f"{internet.PREFIX}/ca.pem")
 
@@ -114,3 +129,43 @@ def test_the_layer_key_follows_what_it_is_made_of() -> None:
 def test_a_host_that_is_not_a_dns_name_is_refused_with_the_field_named(host: str) -> None:
     with pytest.raises(ValidationError, match="emulated_hosts"):
         EnvSpec(python="3.9", emulated_hosts=["httpbin.org", host])
+
+
+def test_the_trust_hook_runs_the_sitecustomize_it_shadows(tmp_path: Path) -> None:
+    """On PYTHONPATH before the interpreter's own ``sitecustomize`` (Debian's, a project's), the
+    hook wraps ssl's loading of CA files and then runs that one."""
+    hook, shadowed = tmp_path / "trust", tmp_path / "theirs"
+    hook.mkdir(), shadowed.mkdir()
+    (hook / "sitecustomize.py").write_text(internet.trust_hook())
+    (shadowed / "sitecustomize.py").write_text("import os\nos.environ['THEIRS'] = 'ran'\n")
+    check = ("import os, ssl, sitecustomize; "
+             "print(os.environ.get('THEIRS'), ssl.SSLContext.load_verify_locations.__module__, "
+             "sitecustomize.__file__)")  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{hook}:{shadowed}"}
+    out = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()  # fmt: skip
+    assert out == ["ran", "sitecustomize", str(shadowed / "sitecustomize.py")]
+
+
+def test_an_instance_stored_on_another_emulated_internet_is_built_again() -> None:
+    """Its manifest records what the layer holds (starter, trust hook, packages, certificates'
+    recipe); one stored before that was recorded lacks the trust hook, so it is stale too."""
+    from sweflow.envcache.freshness import build_record, stale
+    from sweflow.envcache.records import Manifest
+
+    row = Instance(instance_id="psf__requests-1921", repo="psf/requests", base_commit="c" * 40,
+                   version="2.3")  # fmt: skip
+    spec = EnvSpec(python="3.9", test_cmd="pytest -rA", emulated_hosts=HOSTS)
+    now = build_record(row, spec, "r")
+    assert now["internet"] == internet.contents(HOSTS) != internet.contents(HOSTS[:1])
+
+    def stored(**meta) -> Manifest:
+        return Manifest(instance_id=row.instance_id, layers=[], meta=meta, created="now")
+
+    assert stale(stored(**now), now) is None
+    before = {key: value for key, value in now.items() if key != "internet"}
+    assert f"internet none -> {now['internet'][:12]}" in stale(stored(**before), now)
+    older = {**now, "internet": internet.contents(HOSTS[:1])}
+    assert "internet " in stale(stored(**older), now)
+    offline = build_record(row, spec.model_copy(update={"emulated_hosts": []}), "r")
+    assert "internet" not in offline and stale(stored(**offline), offline) is None

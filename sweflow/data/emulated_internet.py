@@ -9,7 +9,9 @@ interpreter of the service environment the build made beside this file (httpbin,
 - every other name fails to resolve at once (the resolver asks 127.0.0.1, where nothing listens);
 - every other address drops packets: a default route through loopback sends them where nothing
   forwards them, so a connection times out as it does behind a firewall, instead of failing
-  with "network unreachable" (a suite's connect-timeout tests expect the timeout).
+  with "network unreachable" (a suite's connect-timeout tests expect the timeout);
+- the build's CA is trusted through REQUESTS_CA_BUNDLE and SSL_CERT_FILE, and by the bundles of
+  public roots Python loads (``trust/sitecustomize.py`` on PYTHONPATH, emulated_trust.py).
 
 Usage: ``eval "$(python emulated_internet.py NAME...)"``. Python 3.6 syntax: the service
 environment has the suite's interpreter. The servers log to /tmp.
@@ -101,7 +103,11 @@ def main(names):
     serve()
     wait_for_ports()
     ca = os.path.join(HERE, "ca.pem")
-    print(f"export REQUESTS_CA_BUNDLE={ca} SSL_CERT_FILE={ca}")
+    trust = os.path.join(HERE, "trust")  # its sitecustomize: bundles of public roots trust ca
+    print(
+        f"export REQUESTS_CA_BUNDLE={ca} SSL_CERT_FILE={ca} "
+        f"PYTHONPATH={trust}${{PYTHONPATH:+:$PYTHONPATH}}"
+    )
 
 
 if __name__ == "__main__":

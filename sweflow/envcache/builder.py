@@ -484,6 +484,7 @@ class EnvBuilder:
                 env = {"PATH": DEFAULT_PATH}
                 with self._sandbox(layers, upper, env, spec.pypi_cutoff) as sandbox:
                     sandbox.write(internet.START_SCRIPT, internet.start_script())
+                    sandbox.write(internet.TRUST_HOOK, internet.trust_hook())
                     script = internet.build_script(runtime.python, hosts)
                     self._run(sandbox, script, log, "emulated internet")
                 return self.store.commit(upper, "env")

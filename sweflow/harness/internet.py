@@ -6,7 +6,9 @@ sandboxes here are offline, so a spec's ``emulated_hosts`` get a layer of their 
 httpbin, the software httpbin.org runs, and a CA and certificate made at build time for those
 names) and the eval script starts it before the tests: the names resolve to a local httpbin on
 ports 80 and 443, others fail to resolve, other addresses drop packets
-(``sweflow/data/emulated_internet.py`` says how). Nothing leaves the sandbox.
+(``sweflow/data/emulated_internet.py`` says how), and the CA is trusted wherever a public root
+would be (``sweflow/data/emulated_trust.py``: the bundle old requests releases carry, too).
+Nothing leaves the sandbox.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ PREFIX = "/opt/sweflow/internet"
 # greenlet 3 that httpbin excludes.
 PACKAGES = ("httpbin[mainapp]==0.10.2", "gunicorn==22.0.0", "gevent<24")
 START_SCRIPT = f"{PREFIX}/emulated_internet.py"
+TRUST_HOOK = f"{PREFIX}/trust/sitecustomize.py"  # on the tests' PYTHONPATH (emulated_trust.py)
 CERT_DAYS = 36500  # the layer outlives any ordinary certificate lifetime
 
 
@@ -30,10 +33,24 @@ def start_script() -> str:
     return resources.files("sweflow.data").joinpath("emulated_internet.py").read_text()
 
 
+def trust_hook() -> str:
+    """The source of the tests' ``sitecustomize``: bundles of public roots trust the CA too."""
+    return resources.files("sweflow.data").joinpath("emulated_trust.py").read_text()
+
+
 def recipe(python: str, hosts: Sequence[str]) -> str:
-    """What the layer is made of, for its key: the build step and the starter's source."""
-    text = build_script(python, hosts) + "\n" + start_script()
-    return hashlib.sha256(text.encode()).hexdigest()
+    """What the layer is made of, for its key: the build step and the sources it holds."""
+    return _digest(build_script(python, hosts), start_script(), trust_hook())
+
+
+def contents(hosts: Sequence[str]) -> str:
+    """What the layer holds, whatever the interpreter: an instance stored on another (an older
+    starter, no trust hook) is built again (sweflow.envcache.freshness)."""
+    return _digest(*PACKAGES, certificate_commands(hosts), start_script(), trust_hook())
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def build_script(python: str, hosts: Sequence[str]) -> str:
@@ -85,6 +102,7 @@ def certificate_commands(hosts: Sequence[str]) -> str:
 
 
 def start_command(hosts: Sequence[str]) -> str:
-    """The eval script's line: start it and trust its CA (REQUESTS_CA_BUNDLE, SSL_CERT_FILE)."""
+    """The eval script's line: start it and trust its CA (REQUESTS_CA_BUNDLE, SSL_CERT_FILE,
+    and the trust hook on PYTHONPATH)."""
     names = " ".join(shlex.quote(h) for h in hosts)
     return f'eval "$({PREFIX}/bin/python {START_SCRIPT} {names})"'
