@@ -96,7 +96,8 @@ class EnvSpec(BaseModel):
         [],
         description="names the test suite reaches online (e.g. httpbin.org): in the test "
         "sandbox they resolve to a local httpbin over HTTP and HTTPS, its CA trusted through "
-        "REQUESTS_CA_BUNDLE; other names do not resolve, other addresses time out",
+        "REQUESTS_CA_BUNDLE and by every bundle of public roots (requests' own cacert.pem too); "
+        "other names do not resolve, other addresses time out",
     )
     test_directives: Literal["files", "django"] = Field(
         "files", description="test files as given, or as Django's runtests module paths"
