@@ -77,7 +77,8 @@ def summarize(step: int, episodes: list[Episode], rollout_s: float, busy_s: floa
     scored = [e for e in drawn if not e.infra_failure]
     turns = sum(e.steps for e in scored)
     groups = [episodes[i : i + group] for i in range(0, len(episodes), group)]
-    filtered = sum(e.hit_limit for e in scored) if rl and rl.compact_filtering else 0
+    kept = [e for e in episodes if not e.infra_failure]  # the loss's: filtering masks of these
+    filtered = sum(e.hit_limit for e in kept) if rl and rl.compact_filtering else 0
     return StepRecord(
         step=step,
         episodes=len(drawn),
