@@ -94,14 +94,15 @@ BEFORE_RL = ("gold", "sft", "base")
 
 # The full plan fits the issue's 3 hours on 2 cores: SFT (about 13 s a 2,048-token window) runs
 # 3 epochs over the whole trajectories of the tasks that fit 60 windows (20 tasks, 42.7 minutes
-# at 0df320f); the RL check trains on 1 task, 6 steps (a step of 4 episodes took 6.4 minutes,
-# 4.6 of them the update); the unguarded re-run is off (the 45274b4 run measured the guard: 20
-# of 50 runs loop without it, 1 with it); 32 samples a side for the check (two draws of 16 of the
-# same SFT model on glom resolved 0 and 4 at f897ae1: as far apart as the target). Until 19845af
-# one epoch over 340 of ~610 windows (145.6 minutes with no RL: no task ever qualified).
+# at 0df320f); the RL check trains on 1 task, 4 steps (with dynamic sampling a step of glom drew
+# 16 episodes in 8.5 minutes and updated on 4 of them in 5.5; at 6 steps the issue's 3 hours
+# ran out), a checkpoint after each; the unguarded re-run is off (the 45274b4 run measured the
+# guard: 20 of 50 runs loop without it, 1 with it); 32 samples a side for the check (two draws
+# of 16 of the same SFT model on glom resolved 0 and 4 at f897ae1: as far apart as the target).
+# Until 19845af one epoch over 340 of ~610 windows (145.6 minutes with no RL: no task qualified).
 # The quick one fits 30 minutes: 17.6 with 48 train tasks and 1 epoch of 40 windows, as the full
 # plan takes 2/3 of its windows (2 epochs over 24 tasks' 29 windows taught it to submit at once).
-FULL = Plan(None, None, 3, None, 16, 4, 1, 6, 32, unguarded=False, sft_sequences=60)
+FULL = Plan(None, None, 3, None, 16, 4, 1, 4, 32, unguarded=False, sft_sequences=60)
 QUICK = Plan(48, 6, 1, 40, 2, 4, 1, 2, 4, max_steps=8, unguarded=False)
 
 
@@ -286,7 +287,7 @@ def _rl_config(plan: Plan, tasks: int) -> RLConfig:
                     max_tokens_per_turn=plan.max_tokens,
                     max_response_length=3072, max_prompt_length=1536,
                     format_error_penalty=0.1, empty_patch_penalty=0.1,
-                    checkpoint_every=2)  # fmt: skip
+                    checkpoint_every=1)  # fmt: skip
 
 
 def _agent(plan: Plan, repeat_guard: bool = True):
