@@ -95,8 +95,8 @@ BEFORE_RL = ("gold", "sft", "base")
 # The full plan fits the 3 hours on 2 cores: SFT (about 13 s a 2,048-token window) runs
 # 3 epochs over the whole trajectories of the tasks that fit 60 windows (20 tasks, 42.7 minutes
 # at 0df320f); the RL check trains on 1 task, 4 steps (with dynamic sampling a step of glom drew
-# 16 episodes in 8.5 minutes and updated on 4 of them in 5.5; at 6 steps the 3 hours
-# ran out), a checkpoint after each; the unguarded re-run is off (the 45274b4 run measured the
+# 16 episodes in 8.5 minutes and updated on 4 of them in 5.5, a test run beside it), a
+# checkpoint after each; the unguarded re-run is off (the 45274b4 run measured the
 # guard: 20 of 50 runs loop without it, 1 with it); 32 samples a side for the check (two draws
 # of 16 of the same SFT model on glom resolved 0 and 4 at f897ae1: as far apart as the target).
 # Until 19845af one epoch over 340 of ~610 windows (145.6 minutes with no RL: no task qualified).
