@@ -305,3 +305,25 @@ def test_a_step_with_dynamic_sampling_trains_only_groups_whose_outcomes_differ(
         assert all(torch.equal(before[k], after[k]) for k in before)
     else:
         assert len(set(kept)) == 2
+
+
+def test_weight_folders_of_killed_trainers_are_removed_before_new_ones(tmp_path: Path) -> None:
+    """A trainer killed mid-run (the kernel's OOM killer, SIGKILL) leaves its weights in
+    /dev/shm, a model's size in memory each; the next run removes those of dead processes."""
+    import os
+    import subprocess
+
+    from sweflow.training.rl.served import SHM_PREFIX, weight_folders
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    dead = tmp_path / f"{SHM_PREFIX}{ended.pid}-0badc0de"
+    alive = tmp_path / f"{SHM_PREFIX}{os.getpid()}-0000beef"
+    other = tmp_path / "psm_vllm"  # not a trainer's: left alone
+    for folder in (dead, alive, other):
+        (folder / "v00001").mkdir(parents=True)
+    folders = weight_folders(tmp_path / "work", model_bytes=1, shm=tmp_path)
+    assert not dead.exists() and alive.is_dir() and other.is_dir()
+    assert folders.root.parent == tmp_path and folders.root.name.startswith(
+        f"{SHM_PREFIX}{os.getpid()}-"
+    )

@@ -138,13 +138,25 @@ class WeightFolders:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def weight_folders(work: Path, model_bytes: int) -> WeightFolders:
+SHM_PREFIX = "sweflow-rl-"  # /dev/shm/sweflow-rl-<trainer pid>-<random>
+
+
+def weight_folders(work: Path, model_bytes: int, shm: Path = Path("/dev/shm")) -> WeightFolders:
     """In /dev/shm when it has room for a few versions (a reload then reads memory), else in
-    the work folder."""
-    shm = Path("/dev/shm")
+    the work folder. The folders of trainers no longer running (killed: nothing closed them)
+    are removed first: each holds a model's weights in memory."""
+    if shm.is_dir():
+        _remove_orphans(shm)
     if shm.is_dir() and shutil.disk_usage(shm).free > 4 * model_bytes:
-        return WeightFolders(shm / f"sweflow-rl-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        return WeightFolders(shm / f"{SHM_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     return WeightFolders(work / "weights")
+
+
+def _remove_orphans(shm: Path) -> None:
+    for folder in shm.glob(f"{SHM_PREFIX}*-*"):
+        pid = folder.name.removeprefix(SHM_PREFIX).split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
