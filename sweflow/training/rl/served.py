@@ -31,6 +31,7 @@ from typing import Any
 import sweflow
 from sweflow.errors import InfrastructureError
 from sweflow.ports import free_port
+from sweflow.sandbox.procs import running
 from sweflow.serving.vllm import ServeConfig, ServeError, vllm_server
 from sweflow.serving.weight_reload import EXTENSION, METHOD
 from sweflow.training.rl.backend import RLError
@@ -147,15 +148,15 @@ def weight_folders(work: Path, model_bytes: int, shm: Path = Path("/dev/shm")) -
     are removed first: each holds a model's weights in memory."""
     if shm.is_dir():
         _remove_orphans(shm)
-    if shm.is_dir() and shutil.disk_usage(shm).free > 4 * model_bytes:
-        return WeightFolders(shm / f"{SHM_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        if shutil.disk_usage(shm).free > 4 * model_bytes:
+            return WeightFolders(shm / f"{SHM_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     return WeightFolders(work / "weights")
 
 
 def _remove_orphans(shm: Path) -> None:
     for folder in shm.glob(f"{SHM_PREFIX}*-*"):
         pid = folder.name.removeprefix(SHM_PREFIX).split("-")[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if pid.isdigit() and not running(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
 
 
