@@ -60,9 +60,10 @@ def open_run_folder(runs: Path, settings: dict[str, Any], result: str,
     ``stages`` folders of the newest earlier run whose settings differ but have the same
     ``stages_key``."""
     wanted = json.loads(json.dumps(settings))  # as it reads back: tuples are lists
-    earlier = sorted(runs.iterdir(), reverse=True) if runs.is_dir() else []
-    for folder in earlier:
-        if not (folder / result).exists() and _read_json(folder / SETTINGS) == wanted:
+    folders = sorted(runs.iterdir(), reverse=True) if runs.is_dir() else []
+    earlier = [(folder, _read_json(folder / SETTINGS)) for folder in folders]
+    for folder, started_with in earlier:
+        if not (folder / result).exists() and started_with == wanted:
             spent = folder / SPENT
             seconds = (_read_json(spent) or {}).get("seconds", 0.0)
             return RunFolder(folder, seconds, resumed=True)
@@ -76,8 +77,8 @@ def open_run_folder(runs: Path, settings: dict[str, Any], result: str,
     run = RunFolder(folder)
     if stages_key is not None:
         key = stages_key(wanted)  # the same settings again measure again, from the start
-        source = next((f for f in earlier if _read_json(f / SETTINGS) != wanted
-                       and _stages_key(f, stages_key) == key), None)  # fmt: skip
+        source = next((f for f, started_with in earlier if started_with not in (None, wanted)
+                       and stages_key(started_with) == key), None)  # fmt: skip
         if source is not None:
             for stage in stages:
                 if (source / stage).is_dir():
@@ -86,11 +87,6 @@ def open_run_folder(runs: Path, settings: dict[str, Any], result: str,
     # written last: a folder cut short while its stages were copied is never continued
     (folder / SETTINGS).write_text(json.dumps(wanted, indent=1) + "\n")
     return run
-
-
-def _stages_key(folder: Path, stages_key: Callable[[dict], Any]) -> Any:
-    settings = _read_json(folder / SETTINGS)
-    return None if settings is None else stages_key(settings)
 
 
 def _copy_stage(source: Path, target: Path) -> None:
