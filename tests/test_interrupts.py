@@ -121,6 +121,20 @@ def test_ctrl_c_during_collect_stops_at_once_and_leaves_nothing(grading_data, tm
     _interrupt(argv, tmp_path, "sandbox opening")
 
 
+def test_ctrl_c_during_bench_swebench_records_no_verdict_for_the_rows_it_cut(
+    grading_data, wheelhouse, tmp_path
+):
+    """``bench swebench`` keeps each row's result for a re-run to resume from: a row whose
+    sandbox Ctrl-C closed was recorded as a build error ("sandbox ... was closed while a
+    command ran"), which every re-run then skipped."""
+    store = tmp_path / "store"  # empty: the signal comes while the environment builds
+    argv = ["bench", "swebench", "--json", "-d", str(grading_data.dataset), "--store", str(store),
+            "--wheelhouse", str(wheelhouse), "-j", "2"]  # fmt: skip
+    _interrupt(argv, tmp_path, "sandbox opening")
+    recorded = [p.name for p in (store / "bench-swebench").glob("*.json")]
+    assert not recorded, [json.loads((store / "bench-swebench" / n).read_text()) for n in recorded]
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_train_rl_stops_within_2_s_and_resumes_from_its_checkpoint(
     demo_replays, tiny_smollm2, tmp_path

@@ -41,7 +41,7 @@ from sweflow.envcache.repos import RepoError, RepoSource
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import validate_one
 from sweflow.instances import Instance, load_instances
-from sweflow.sandbox.tracking import interruptible_map
+from sweflow.sandbox.tracking import interrupted, interruptible_map
 
 Progress = Callable[[str], None]
 # Three real SWE-bench Lite rows (pallets/flask) with their commits in repos/ (a 0.9 MB tar of a
@@ -138,6 +138,7 @@ def run(
     timeout: float = 1800.0,
     progress: Progress = print,
     subset: str | None = None,
+    wheelhouse: Path | None = None,
 ) -> dict:
     dataset = dataset or DATASET
     subset = subset or subset_of(dataset)
@@ -147,9 +148,8 @@ def run(
     rows = load_instances(dataset).raise_for_errors()[: limit or None]
     if not rows:
         raise BenchError(f"{dataset}: no rows")
-    builder = dataset_builder(
-        dataset, store, specs=specs, mirror=repo_mirror, max_workers=max_workers
-    )
+    builder = dataset_builder(dataset, store, specs=specs, mirror=repo_mirror,
+                              wheelhouse=wheelhouse, max_workers=max_workers)  # fmt: skip
     mirror = builder.options.repo_mirror
     results = _Results(store)
     source = RepoSource(mirror=mirror)
@@ -171,6 +171,8 @@ def run(
         built_at = time.monotonic()
         prepared = builder.prepare_validation(instance, built)
         validation = validate_one(prepared, logs, runs=1, timeout=timeout)
+        if interrupted():  # Ctrl-C closed its sandboxes: no verdict, and a re-run does it again
+            return
         results.put(instance.instance_id, {
             "repo": instance.repo,
             "build": built.status,

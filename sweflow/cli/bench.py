@@ -14,6 +14,7 @@ from sweflow.cli.common import App, BaseOption, console, work_starts
 
 bench_app = App(help="Benchmarks of the sandbox backends and the pipeline stages.")
 STORE_HELP = "Layer store (built if needed); default: in the cache, one per benchmark."
+WheelhouseOption = typer.Option(None, "--wheelhouse", help="Install offline from these wheels.")
 _err = Console(stderr=True)  # progress lines go to stderr, so --json keeps stdout clean
 
 
@@ -81,9 +82,7 @@ def bench_envprep(
     ),
     repo_mirror: Path = typer.Option(None, "--repo-mirror", help="Folder of git repos."),
     store: Path = typer.Option(None, "--store", "-s", help=STORE_HELP),
-    wheelhouse: Path = typer.Option(
-        None, "--wheelhouse", help="Install offline from these wheels."
-    ),
+    wheelhouse: Path = WheelhouseOption,
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
     quick: bool = typer.Option(False, help="Fewer samples (for CI)."),
     docker: bool = typer.Option(
@@ -167,9 +166,7 @@ def bench_reward(
         None, "--repo-mirror", help="Folder of git repos or bundles (default: beside dataset)."
     ),
     store: Path = typer.Option(None, "--store", "-s", help=STORE_HELP),
-    wheelhouse: Path = typer.Option(
-        None, "--wheelhouse", help="Install offline from these wheels."
-    ),
+    wheelhouse: Path = WheelhouseOption,
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON only."),
     quick: bool = typer.Option(False, help="Two instances, gold patches, one rep (for CI)."),
     limit: int = typer.Option(
@@ -384,6 +381,7 @@ def bench_swebench(
     subset: str = typer.Option(
         None, "--subset", help="lite, verified, full or custom (default: told by the rows' name)."
     ),
+    wheelhouse: Path = WheelhouseOption,
 ) -> None:
     """Real SWE-bench rows built and validated container-free: tried, built, validated, build
     seconds p50 and store MB per instance against the official images.
@@ -401,7 +399,7 @@ def bench_swebench(
         )
     work_starts("build and validate SWE-bench rows")
     report = run(dataset, repo_mirror, store, specs, 1 if quick else limit, max_workers,
-                 progress=_progress, subset=subset)  # fmt: skip
+                 progress=_progress, subset=subset, wheelhouse=wheelhouse)  # fmt: skip
     _emit(report, json_out)
 
 
