@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.errors import SweflowError
 from sweflow.sandbox.procs import group_members, shared_memory_of
+from sweflow.serving.reaper import reap_with_starter, stop_reaper
 
 ENTRY = "vllm.entrypoints.openai.api_server"
 # model_type -> vLLM tool-call parser, for chat templates that render `tools`
@@ -182,8 +183,9 @@ def vllm_server(cfg: ServeConfig, log_path: Path, progress=None) -> Iterator[Ser
             proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        failed = True
+        failed, reaper = True, None
         try:
+            reaper = reap_with_starter(proc.pid)  # this process killed outright: the server too
             if progress:
                 progress(f"vLLM ({'GPU' if gpu else 'CPU'}) pid {proc.pid}: {' '.join(argv)}")
             _await_healthy(proc, cfg, log_path)
@@ -191,6 +193,8 @@ def vllm_server(cfg: ServeConfig, log_path: Path, progress=None) -> Iterator[Ser
             failed = False
         finally:
             stop(proc, at_once=failed)
+            if reaper is not None:  # it ends with the server
+                stop_reaper(reaper)
 
 
 def _await_healthy(proc: subprocess.Popen, cfg: ServeConfig, log_path: Path) -> None:
