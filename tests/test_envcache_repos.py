@@ -155,6 +155,30 @@ def test_export_is_reproducible_and_survives_a_copy(history: History, tmp_path: 
     assert git("diff-files", "--name-only", cwd=tmp_path / "copy") == ""
 
 
+def test_two_commits_share_the_git_objects_of_the_files_they_share(
+    history: History, tmp_path: Path
+) -> None:
+    """Each object is a file of its own, the same bytes in both exports, so the store's pool
+    keeps it once (a pack per export held them together: every instance's were its own)."""
+    first, second, _ = history.commits
+    export_commit(history.bare, first, tmp_path / "one")
+    export_commit(history.bare, second, tmp_path / "two")
+    objects = [
+        {
+            str(p.relative_to(root)): (p.stat().st_mode, p.stat().st_mtime, p.read_bytes())
+            for p in root.rglob("*")
+            if p.is_file()
+        }
+        for root in (tmp_path / name / ".git" / "objects" for name in ("one", "two"))
+    ]
+    shared = objects[0].keys() & objects[1].keys()
+    readme = git("rev-parse", "HEAD:pkg/a.py", cwd=tmp_path / "one")
+    assert readme == git("rev-parse", "HEAD:pkg/a.py", cwd=tmp_path / "two")
+    assert f"{readme[:2]}/{readme[2:]}" in shared
+    assert all(objects[0][path] == objects[1][path] for path in shared)
+    assert not list((tmp_path / "one" / ".git" / "objects").rglob("*.pack"))
+
+
 def test_export_leaves_no_host_path(history: History, tmp_path: Path) -> None:
     export_commit(history.bare, history.commits[2], tmp_path / "dest")
     for path in (tmp_path / "dest" / ".git").rglob("*"):
