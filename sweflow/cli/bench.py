@@ -10,11 +10,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from sweflow.cli.common import App, BaseOption, console, work_starts
+from sweflow.cli.common import App, BaseOption, WheelhouseOption, console, work_starts
 
 bench_app = App(help="Benchmarks of the sandbox backends and the pipeline stages.")
 STORE_HELP = "Layer store (built if needed); default: in the cache, one per benchmark."
-WheelhouseOption = typer.Option(None, "--wheelhouse", help="Install offline from these wheels.")
 _err = Console(stderr=True)  # progress lines go to stderr, so --json keeps stdout clean
 
 

@@ -153,6 +153,9 @@ LayerOption = typer.Option(
     [], "--layer", "-l", help="Extra read-only layer directory (lowest first)."
 )
 WorkdirOption = typer.Option("/", "--workdir", "-w", help="Working directory inside.")
+WheelhouseOption = typer.Option(
+    None, "--wheelhouse", help="Install offline from this wheel folder."
+)
 
 
 def _known_backend(value: str) -> str:

@@ -16,6 +16,7 @@ from rich.table import Table
 from sweflow.cli.common import (
     App,
     RayOption,
+    WheelhouseOption,
     cli_executor,
     console,
     folder_or_new,
@@ -80,9 +81,6 @@ ImagesOption = typer.Option(
     "its layers imported into the store: a folder of image archives (docker save, OCI layout) "
     "or registry:HOST[:PORT].",
     callback=_image_source,
-)
-WheelhouseOption = typer.Option(
-    None, "--wheelhouse", help="Install offline from this wheel folder."
 )
 WorkersOption = typer.Option(
     2, "--max-workers", "-j", help="Instances built at once.", callback=positive

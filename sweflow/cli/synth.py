@@ -10,6 +10,7 @@ from rich.table import Table
 
 from sweflow.cli.common import (
     RayOption,
+    WheelhouseOption,
     cli_executor,
     console,
     folder_or_new,
@@ -40,7 +41,7 @@ def synth(
         help="Work folder (repos, layer store, logs); default beside --out.",
         callback=folder_or_new,
     ),
-    wheelhouse: Path = typer.Option(None, "--wheelhouse", help="Install offline from wheels."),
+    wheelhouse: Path = WheelhouseOption,
     max_workers: int = typer.Option(
         None, "--max-workers", "-j", help="Sandboxes at once.", callback=positive
     ),
