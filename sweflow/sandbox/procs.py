@@ -7,11 +7,12 @@ since boot) and checks both.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -81,6 +82,16 @@ def shared_memory_of(pids: list[int]) -> set[str]:
         except OSError:
             continue
     return found
+
+
+def kill_group(pgid: int, segments: Iterable[str]) -> None:
+    """SIGKILL process group ``pgid`` and unlink the /dev/shm ``segments`` its members had
+    mapped (:func:`shared_memory_of`, read while they ran: a killed process leaves them)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    for segment in segments:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(segment)
 
 
 def stop_pid(pid: int, grace_s: float = 30.0, started: int | None = None) -> None:

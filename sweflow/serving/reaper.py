@@ -14,14 +14,13 @@ mapped; when the group's leader goes first (a normal stop), it just exits.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
 import subprocess
 import sys
 
-from sweflow.sandbox.procs import group_members, shared_memory_of
+from sweflow.sandbox.procs import group_members, kill_group, shared_memory_of
 
 
 def reap_with_starter(group: int) -> subprocess.Popen:
@@ -56,12 +55,7 @@ def watch(starter: int, group: int) -> bool:
     members = group_members(group)
     if not members:
         return False
-    segments = shared_memory_of(members)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
-    for segment in segments:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(segment)
+    kill_group(group, shared_memory_of(members))
     return True
 
 

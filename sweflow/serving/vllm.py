@@ -26,7 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.errors import SweflowError
-from sweflow.sandbox.procs import group_members, shared_memory_of
+from sweflow.sandbox.procs import group_members, kill_group, shared_memory_of
 from sweflow.serving.reaper import reap_with_starter, stop_reaper
 
 ENTRY = "vllm.entrypoints.openai.api_server"
@@ -160,12 +160,8 @@ def stop(proc: subprocess.Popen, grace_s: float = 30.0, *, at_once: bool = False
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # the group led by our child: its engine workers
+    kill_group(proc.pid, segments)  # the group led by our child: its engine workers
     proc.wait()
-    for segment in segments:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(segment)
 
 
 @contextlib.contextmanager
