@@ -265,7 +265,7 @@ def _copy_objects(git_dir: Path, commit: str, new_git: Path) -> None:
             stderr=errors,
             env=env,
         )
-        indexer = subprocess.Popen(
+        unpacker = subprocess.Popen(
             ["git", "--git-dir", str(new_git), "unpack-objects", "-q"],
             stdin=packer.stdout,
             stdout=subprocess.DEVNULL,
@@ -274,20 +274,21 @@ def _copy_objects(git_dir: Path, commit: str, new_git: Path) -> None:
             umask=0o022,
         )
         assert packer.stdin is not None and packer.stdout is not None
-        packer.stdout.close()  # the indexer holds the read end now
+        packer.stdout.close()  # the unpacker holds the read end now
         try:
             packer.stdin.write(objects.encode() + b"\n")
             packer.stdin.close()
         except BrokenPipeError:
             pass  # the packer died: its message is in errors
-        if packer.wait() != 0 or indexer.wait() != 0:
+        if packer.wait() != 0 or unpacker.wait() != 0:
             errors.seek(0)
             tail = "\n".join(errors.read().decode(errors="replace").strip().splitlines()[-10:])
             raise RepoError(f"{git_dir}: copying the objects of {commit} failed: {tail}")
 
 
 def _set_mtimes(root: Path, when: int) -> None:
-    """Set the mtime (and atime) of everything under ``root`` but ``.git`` to ``when``.
+    """Set the mtime (and atime) of everything under ``root`` but a ``.git`` at its top to
+    ``when``.
 
     Touching a file leaves its directory's mtime alone, so the order does not matter.
     """
