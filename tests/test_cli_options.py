@@ -187,3 +187,15 @@ def test_a_model_named_like_nothing_is_refused_before_any_work(tmp_path: Path, a
     argv = [a.replace("{file}", str(afile)).replace("{out}", str(tmp_path / "o")) for a in argv]
     _refused(argv, "'no-such-model' is not a Hugging Face folder")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", [["env", "build"], ["bench", "swebench", "--json"]])
+def test_a_wheelhouse_that_is_no_folder_is_refused_before_any_work(tmp_path, command) -> None:
+    """A missing one failed every build in its sandbox ("bind source ...: No such file"), and
+    ``bench swebench`` recorded those errors as the rows' results, which its re-runs keep."""
+    store = tmp_path / "store"
+    argv = [*command, "-d", str(DEMO / "tasks.jsonl"), "--store", str(store)]
+    _refused([*argv, "--wheelhouse", str(tmp_path / "missing")], "--wheelhouse", "does not exist")
+    (tmp_path / "wheel.txt").write_text("")
+    _refused([*argv, "--wheelhouse", str(tmp_path / "wheel.txt")], "--wheelhouse", "is a file")
+    assert not store.exists()

@@ -154,7 +154,11 @@ LayerOption = typer.Option(
 )
 WorkdirOption = typer.Option("/", "--workdir", "-w", help="Working directory inside.")
 WheelhouseOption = typer.Option(
-    None, "--wheelhouse", help="Install offline from this wheel folder."
+    None,
+    "--wheelhouse",
+    help="Install offline from this wheel folder.",
+    exists=True,  # checked before any work: a missing one failed every build in its sandbox
+    file_okay=False,
 )
 
 
