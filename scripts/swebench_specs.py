@@ -55,8 +55,12 @@ COMPILER = "apt-get update && apt-get install -y build-essential python3-dev"
 COMPILED = {"astropy/astropy", "matplotlib/matplotlib", "scikit-learn/scikit-learn"}
 # Hosts a repo's suite reaches online under the harness (docker with a network), emulated in the
 # offline test sandbox (sweflow.harness.internet): requests' tests call httpbin.org and follow
-# a redirect to www.google.co.uk.
-EMULATED_HOSTS = {"psf/requests": ["httpbin.org", "www.google.co.uk"]}
+# a redirect to www.google.co.uk; Sphinx's linkcheck and remote-image tests fetch pages and
+# images of these four (their recorded sites: sweflow/data/sites/).
+EMULATED_HOSTS = {
+    "psf/requests": ["httpbin.org", "www.google.co.uk"],
+    "sphinx-doc/sphinx": ["www.google.com", "www.python.org", "www.sphinx-doc.org", "www.w3.org"],
+}
 # A pre_install command that touches the repository checkout rather than the system.
 REPO_COMMAND = re.compile(r"\b(setup\.py|setup\.cfg|pyproject\.toml|tox\.ini)\b|/testbed|QHULL")
 
@@ -97,9 +101,9 @@ def translate(repo: str, spec: dict, tables: dict, parsers: dict[str, str]) -> d
     if repo in parsers:
         out["log_parser"] = parsers[repo]
     if spec.get("packages") == "environment.yml" and repo in CONDA_OPTIONAL:
-        out["conda_optional"] = CONDA_OPTIONAL[repo]
+        out["conda_optional"] = list(CONDA_OPTIONAL[repo])  # copies: written out, not aliased
     if repo in EMULATED_HOSTS:
-        out["emulated_hosts"] = EMULATED_HOSTS[repo]
+        out["emulated_hosts"] = list(EMULATED_HOSTS[repo])
     out["pypi_cutoff"] = HARNESS_ERA
     return out
 

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from sweflow.cli import app
 from sweflow.envcache.builder import RECIPE, BuildOptions, EnvBuilder, instance_sandbox_spec
 from sweflow.envcache.cleanup import gc
+from sweflow.envcache.repos import scm_version
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import Prepared, judge, validate
 from sweflow.errors import SweflowError
@@ -84,6 +85,11 @@ def test_sandbox_on_an_instance_is_ready_to_run_tests(builder, built, instances)
         assert located.output.startswith("/testbed/"), located.output
         assert sb.exec("python -m pytest --version").ok
         assert sb.diff() == ""
+        # a checkout holds no tags: setuptools_scm's version as a full clone gives it, for the
+        # eval script's re-install as for the build's install
+        version = sb.exec("echo $SETUPTOOLS_SCM_PRETEND_VERSION").output.strip()
+    git_dir = builder.options.repo_mirror / f"{REPO.replace('/', '__')}.git"
+    assert version and version == scm_version(git_dir, instance.base_commit)
 
 
 def test_one_bad_instance_does_not_stop_the_others(builder, built, instances) -> None:

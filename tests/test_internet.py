@@ -18,7 +18,7 @@ from sweflow.harness.specs import EnvSpec
 from sweflow.instances import Instance
 from sweflow.sandbox import Bind, SandboxSpec, open_sandbox
 
-HOSTS = ["httpbin.org", "www.google.co.uk"]
+HOSTS = ["httpbin.org", "www.google.co.uk", "www.sphinx-doc.org"]  # the last: a recorded site
 # Run inside the sandbox after the starter's exports: what requests' suite relies on.
 PROBE = r"""
 import json, os, time, requests
@@ -38,6 +38,11 @@ for name, url, timeout in [("unknown_name", "http://doesnotexist.google.com", 5)
         out[name] = ["answered"]
     except requests.RequestException as exc:
         out[name] = [type(exc).__name__, round(time.monotonic() - start, 1)]
+# a recorded site: its pages, a 404 for any other path (HEAD too), httpbin not behind it
+page = "https://www.sphinx-doc.org/en/1.4.8/tutorial.html"
+out["site"] = [requests.get(page).status_code, 'id="install-sphinx"' in requests.get(page).text,
+               requests.head(page).status_code, requests.get(page[:-13] + "nope.html").status_code,
+               requests.head("https://www.sphinx-doc.org/get").status_code]
 # what requests' own bundle of public roots trusts (old releases' Session.send uses only it)
 prepared = requests.Request("GET", "https://httpbin.org/get").prepare()
 out["bundled_roots"] = requests.Session().send(prepared).status_code
@@ -63,15 +68,18 @@ def service_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("internet")
     script = "set -euo pipefail\n" + internet.certificate_commands(HOSTS)
     subprocess.run(["bash", "-c", script], cwd=folder, check=True, capture_output=True)
-    (folder / "emulated_internet.py").write_text(internet.start_script())
-    (folder / "trust").mkdir()
-    (folder / "trust" / "sitecustomize.py").write_text(internet.trust_hook())
+    for path, data in internet.layer_files(HOSTS).items():
+        target = folder / Path(path).relative_to(internet.PREFIX)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
     return folder
 
 
 def test_the_emulated_internet_serves_its_hosts_and_nothing_else(service_dir: Path) -> None:
     files = sorted(p.name for p in service_dir.iterdir())  # the CA's key is gone
-    assert files == ["ca.pem", "emulated_internet.py", "server.key", "server.pem", "trust"]
+    assert files == ["ca.pem", "emulated_internet.py", "emulated_sites.py", "server.key",
+                     "server.pem", "sites", "trust"]  # fmt: skip
+    assert [p.name for p in (service_dir / "sites").iterdir()] == ["www.sphinx-doc.org"]
     python = sys.executable  # the suite's venv: httpbin[mainapp] is a test dependency
     start = internet.start_command(HOSTS).replace(f"{internet.PREFIX}/bin/python", python)
     # The host's root hides /root and /tmp, where the venv and its interpreter may live.
@@ -93,6 +101,7 @@ def test_the_emulated_internet_serves_its_hosts_and_nothing_else(service_dir: Pa
     assert seen["https"] == [200, {"x": "1"}, "keep-alive"]  # as httpbin.org answered
     assert seen["redirect"] == [200, "http://www.google.co.uk/get"]
     assert seen["chunked_upload"] == "abcd"
+    assert seen["site"] == [200, True, 200, 404, 404]
     assert seen["unknown_name"][0] == "ConnectionError" and seen["unknown_name"][1] < 2
     assert seen["unrouted"][0] == "ConnectTimeout"  # dropped, as behind a firewall
     assert seen["closed_port"][0] == "ConnectionError" and seen["closed_port"][1] < 2
@@ -136,7 +145,7 @@ def test_the_trust_hook_runs_the_sitecustomize_it_shadows(tmp_path: Path) -> Non
     hook wraps ssl's loading of CA files and then runs that one."""
     hook, shadowed = tmp_path / "trust", tmp_path / "theirs"
     hook.mkdir(), shadowed.mkdir()
-    (hook / "sitecustomize.py").write_text(internet.trust_hook())
+    (hook / "sitecustomize.py").write_bytes(internet.layer_files([])[internet.TRUST_HOOK])
     (shadowed / "sitecustomize.py").write_text("import os\nos.environ['THEIRS'] = 'ran'\n")
     check = ("import os, ssl, sitecustomize; "
              "print(os.environ.get('THEIRS'), ssl.SSLContext.load_verify_locations.__module__, "

@@ -3,9 +3,10 @@
 Runs as root inside the sandbox (its own network namespace, only loopback), with the
 interpreter of the service environment the build made beside this file (httpbin, gunicorn):
 
-- the names given resolve to 127.0.0.1 (/etc/hosts), where httpbin answers as httpbin.org does
-  (gunicorn with gevent workers) on port 80 and, with a certificate for every name signed by the
-  build's CA (``ca.pem``), on port 443;
+- the names given resolve to 127.0.0.1 (/etc/hosts), where a name's recorded site, or else
+  httpbin as httpbin.org runs it (``emulated_sites.py``), answers (gunicorn with gevent workers)
+  on port 80 and, with a certificate for every name signed by the build's CA (``ca.pem``), on
+  port 443;
 - every other name fails to resolve at once (the resolver asks 127.0.0.1, where nothing listens);
 - every other address drops packets: a default route through loopback sends them where nothing
   forwards them, so a connection times out as it does behind a firewall, instead of failing
@@ -68,18 +69,19 @@ def resolve_locally(names):
 
 
 def serve():
-    """httpbin as httpbin.org runs it (gunicorn, gevent workers: keep-alive, chunked uploads),
-    once over HTTP and once over HTTPS, as daemons."""
+    """The recorded sites and httpbin as httpbin.org runs it (gunicorn, gevent workers:
+    keep-alive, chunked uploads), once over HTTP and once over HTTPS, as daemons."""
     gunicorn = os.path.join(os.path.dirname(sys.executable), "gunicorn")
-    common = [gunicorn, "--daemon", "--worker-class", "gevent", "--error-logfile", LOG]
+    common = [gunicorn, "--daemon", "--worker-class", "gevent", "--error-logfile", LOG,
+              "--pythonpath", HERE]  # fmt: skip
     tls = [
         "--certfile",
         os.path.join(HERE, "server.pem"),
         "--keyfile",
         os.path.join(HERE, "server.key"),
     ]
-    subprocess.check_call([*common, "--bind", "127.0.0.1:80", "httpbin:app"])
-    subprocess.check_call([*common, *tls, "--bind", "127.0.0.1:443", "httpbin:app"])
+    subprocess.check_call([*common, "--bind", "127.0.0.1:80", "emulated_sites:app"])
+    subprocess.check_call([*common, *tls, "--bind", "127.0.0.1:443", "emulated_sites:app"])
 
 
 def wait_for_ports(deadline_s=30.0):

@@ -63,8 +63,9 @@ CONDA_ACTIVATE = "source /opt/miniconda3/bin/activate\nconda activate testbed"
 ENV_RECIPE = 5  # part of every environment layer's key: bump it when _env_layer's script changes
 # Recorded in every manifest: bump it when what the builder makes of a spec changes (the env
 # recipe above, or the instance layer: the checkout's mtimes, its submodules), so that stored
-# instances are built again (``freshness``).
-RECIPE = f"env{ENV_RECIPE}.instance2"
+# instances are built again (``freshness``). Instance recipe 3: setuptools_scm's version in the
+# manifest's env, for the eval script's re-install too.
+RECIPE = f"env{ENV_RECIPE}.instance3"
 # What `conda create python=X` gave the harness's environment images (2024: pip 24.0, setuptools
 # 69.5, wheel 0.43), capped there: pip 25.3 dropped the `setup.py develop` fallback that older
 # repositories' editable installs need, and setuptools 81+ drops pkg_resources. On an older
@@ -312,7 +313,11 @@ class EnvBuilder:
             return self._image_instance(instance, log)
         spec = self.specs.get(instance.repo, instance.version)
         layers, env, runtime = self._environment(spec, instance)
-        instance_layer = self._instance_layer(instance, spec, layers, env, log)
+        git_dir = self._repo(instance)
+        version = scm_version(git_dir, instance.base_commit)
+        if version:  # the install and the eval's re-install alike (setuptools_scm's override)
+            env = {**env, "SETUPTOOLS_SCM_PRETEND_VERSION": version}
+        instance_layer = self._instance_layer(instance, spec, git_dir, layers, env, log)
         return self.store.write_manifest(
             iid,
             [*layers, instance_layer],
@@ -483,25 +488,23 @@ class EnvBuilder:
             with self.store.fresh_upper() as upper:
                 env = {"PATH": DEFAULT_PATH}
                 with self._sandbox(layers, upper, env, spec.pypi_cutoff) as sandbox:
-                    sandbox.write(internet.START_SCRIPT, internet.start_script())
-                    sandbox.write(internet.TRUST_HOOK, internet.trust_hook())
+                    for path, data in internet.layer_files(hosts).items():
+                        sandbox.write(path, data)
                     script = internet.build_script(runtime.python, hosts)
                     self._run(sandbox, script, log, "emulated internet")
                 return self.store.commit(upper, "env")
 
         return self._once(f"internet-{key}", make)
 
-    def _instance_layer(self, instance: Instance, spec: EnvSpec, layers, env, log: Path):
-        git_dir = self._repo(instance)
+    def _instance_layer(self, instance: Instance, spec: EnvSpec, git_dir: Path, layers, env,
+                        log: Path):  # fmt: skip
         with self.store.fresh_upper() as upper:
             testbed = upper / WORKDIR.lstrip("/")
             export_commit(git_dir, instance.base_commit, testbed)
             export_submodules(self._repo_source(), instance.repo, git_dir,
                               instance.base_commit, testbed)  # fmt: skip
             if spec.install or spec.setup_repo:
-                version = scm_version(git_dir, instance.base_commit)
-                scm = {"SETUPTOOLS_SCM_PRETEND_VERSION": version} if version else {}
-                with self._sandbox(layers, upper, {**env, **scm}, spec.pypi_cutoff) as sandbox:
+                with self._sandbox(layers, upper, env, spec.pypi_cutoff) as sandbox:
                     steps = [*spec.setup_repo, spec.install, COMMIT_SETUP_EDITS]
                     install = "set -euxo pipefail\n" + f"cd {WORKDIR}\n" + "\n".join(steps)
                     self._run(sandbox, f"{install}\n{EXCLUDE_INSTALL_FILES}", log, "install")

@@ -4,11 +4,13 @@ The harness runs requests' suite online: its tests fetch httpbin.org over HTTP a
 redirects to other hosts, and expect a connection to an unrouted address to time out. Test
 sandboxes here are offline, so a spec's ``emulated_hosts`` get a layer of their own (a venv with
 httpbin, the software httpbin.org runs, and a CA and certificate made at build time for those
-names) and the eval script starts it before the tests: the names resolve to a local httpbin on
+names) and the eval script starts it before the tests: the names resolve to a local server on
 ports 80 and 443, others fail to resolve, other addresses drop packets
 (``sweflow/data/emulated_internet.py`` says how), and the CA is trusted wherever a public root
 would be (``sweflow/data/emulated_trust.py``: the bundle old requests releases carry, too).
-Nothing leaves the sandbox.
+A name with a recorded site (``sweflow/data/sites/<host>/``: the pages Sphinx's linkcheck and
+remote-image tests check) serves its files, any other answers as httpbin.org
+(``sweflow/data/emulated_sites.py``). Nothing leaves the sandbox.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hashlib
 import shlex
 from collections.abc import Sequence
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 PREFIX = "/opt/sweflow/internet"
 # What httpbin.org serves, and how (gunicorn with gevent workers: the extra "mainapp"), pinned
@@ -25,28 +28,48 @@ PREFIX = "/opt/sweflow/internet"
 PACKAGES = ("httpbin[mainapp]==0.10.2", "gunicorn==22.0.0", "gevent<24")
 START_SCRIPT = f"{PREFIX}/emulated_internet.py"
 TRUST_HOOK = f"{PREFIX}/trust/sitecustomize.py"  # on the tests' PYTHONPATH (emulated_trust.py)
+SOURCES = {  # the layer's own files from sweflow/data, by where they go
+    START_SCRIPT: "emulated_internet.py",
+    f"{PREFIX}/emulated_sites.py": "emulated_sites.py",  # what the servers run
+    TRUST_HOOK: "emulated_trust.py",
+}
 CERT_DAYS = 36500  # the layer outlives any ordinary certificate lifetime
 
 
-def start_script() -> str:
-    """The source of the in-sandbox starter."""
-    return resources.files("sweflow.data").joinpath("emulated_internet.py").read_text()
+def layer_files(hosts: Sequence[str]) -> dict[str, bytes]:
+    """The files the layer holds beside its venv and certificates, by their path in it: the
+    starter, the servers' app, the trust hook and the recorded sites of ``hosts``."""
+    data = resources.files("sweflow.data")
+    files = {target: data.joinpath(name).read_bytes() for target, name in SOURCES.items()}
+    for host in hosts:
+        files.update(_site_files(data.joinpath("sites", host), f"{PREFIX}/sites/{host}"))
+    return files
 
 
-def trust_hook() -> str:
-    """The source of the tests' ``sitecustomize``: bundles of public roots trust the CA too."""
-    return resources.files("sweflow.data").joinpath("emulated_trust.py").read_text()
+def _site_files(folder: Traversable, target: str) -> dict[str, bytes]:
+    if not folder.is_dir():
+        return {}
+    files: dict[str, bytes] = {}
+    for entry in folder.iterdir():
+        path = f"{target}/{entry.name}"
+        files.update(_site_files(entry, path) if entry.is_dir() else {path: entry.read_bytes()})
+    return files
 
 
 def recipe(python: str, hosts: Sequence[str]) -> str:
-    """What the layer is made of, for its key: the build step and the sources it holds."""
-    return _digest(build_script(python, hosts), start_script(), trust_hook())
+    """What the layer is made of, for its key: the build step and the files it holds."""
+    return _digest(build_script(python, hosts), *_file_digests(hosts))
 
 
 def contents(hosts: Sequence[str]) -> str:
     """What the layer holds, whatever the interpreter: an instance stored on another (an older
-    starter, no trust hook) is built again (sweflow.envcache.freshness)."""
-    return _digest(*PACKAGES, certificate_commands(hosts), start_script(), trust_hook())
+    starter, no trust hook, other pages) is built again (sweflow.envcache.freshness)."""
+    return _digest(*PACKAGES, certificate_commands(hosts), *_file_digests(hosts))
+
+
+def _file_digests(hosts: Sequence[str]) -> list[str]:
+    files = layer_files(hosts)
+    return [f"{path} {hashlib.sha256(files[path]).hexdigest()}" for path in sorted(files)]
 
 
 def _digest(*parts: str) -> str:
