@@ -114,6 +114,39 @@ def test_a_source_whose_pyc_checks_its_mtime_keeps_its_mtime(store):
     assert ino(next((a / "__pycache__").iterdir())) == ino(next((b / "__pycache__").iterdir()))
 
 
+def _checkout_with_build(store: LayerStore, built_at: int, edited: bytes) -> Path:
+    """An instance layer as an install leaves it: a git checkout (two tracked files: one the
+    same in every layer, one not) and an extension it compiled in the tree, all from its own
+    build's time."""
+    upper = hand_upper(store, {"testbed/lib.py": SHARED, "testbed/edited.py": edited})
+    testbed = upper / "testbed"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(testbed)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    (testbed / "_speedups.so").write_bytes(SHARED * 3)  # untracked, as .gitignore'd outputs are
+    for path in testbed.rglob("*"):
+        os.utime(path, (built_at, built_at), follow_symlinks=False)
+    subprocess.run([*git, "update-index", "--refresh", "-q"], check=True)  # stat as it is now
+    return upper
+
+
+def test_what_an_install_built_in_a_work_tree_is_stored_once_whatever_its_mtime(store):
+    """The index matches a tracked file by its mtime, so a tracked file keeps its own; a build
+    output it does not track (astropy's compiled extensions: identical in most instances of a
+    version, built at another time by each) is shared, and git sees no change in either."""
+    times = (1_600_000_000, 1_700_000_000)
+    uppers = [_checkout_with_build(store, t, b"v = %d\n" % t) for t in times]
+    trees = [store.layers / store.commit(upper, "instance").digest / "testbed" for upper in uppers]
+    assert ino(trees[0] / "_speedups.so") == ino(trees[1] / "_speedups.so")
+    assert ino(trees[0] / "lib.py") != ino(trees[1] / "lib.py")  # same bytes, other mtime
+    assert int((trees[1] / "lib.py").stat().st_mtime) == 1_700_000_000
+    for tree in trees:
+        status = subprocess.run(["git", "-C", str(tree), "diff-files", "--name-only"],
+                                capture_output=True, text=True, check=True)  # fmt: skip
+        assert status.stdout == ""
+
+
 def test_gc_gives_back_a_pooled_file_when_its_last_layer_goes(store):
     keep = store.commit(hand_upper(store, {"lib.py": SHARED, "k": b"k" * 10}), "instance")
     drop = store.commit(hand_upper(store, {"lib.py": SHARED, "d": b"d" * 20}), "instance")

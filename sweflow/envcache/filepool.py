@@ -8,12 +8,14 @@ directories: overlayfs mounts them as before, and a sandbox that writes a file c
 into its own upper, never into the pool.
 
 Layout: ``pool/<kk>/<key>``. The key is the file's sha256, permission bits and owner (links
-share one inode, so they share those), and its mtime where something checks it: in a git work
-tree (the index matches files by mtime and size; a checkout's files all have one mtime, so the
-instances of a repository still share them) and for a Python source with a timestamp-checked
-``.pyc`` beside it (valid for that mtime only). Any other file takes the mtime of the first of
-its kind. An entry that no layer links any more (link count 1) is garbage: ``prune`` removes
-it, under gc's exclusive lock.
+share one inode, so they share those), and its mtime where something checks it: a file a git
+work tree's index tracks (the index matches files by mtime and size; a checkout's files all have
+one mtime, so the instances of a repository still share them) and a Python source with a
+timestamp-checked ``.pyc`` beside it (valid for that mtime only). Any other file takes the mtime
+of the first of its kind: what an install built in the work tree (compiled extensions, generated
+sources; the index does not know them), the git objects, the packages of an environment. An
+entry that no layer links any more (link count 1) is garbage: ``prune`` removes it, under gc's
+exclusive lock.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -59,13 +63,14 @@ def pool_tree(
     base = os.fsencode(root)
     done = Pooled()
     stamps = _TimestampedSources()
-    work_trees = tuple({rel.partition(b"/.git/")[0] + b"/" for rel in files if b"/.git/" in rel})
+    work_trees = {rel.partition(b"/.git/")[0] + b"/" for rel in files if b"/.git/" in rel}
+    tracked = _tracked_files(base, work_trees)
     keys: set[bytes] = set()
     for rel, sha in files.items():
         path = base + rel
         st = os.lstat(path)
         key = b"%s-%o-%d-%d" % (sha, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
-        if rel.startswith(work_trees) or stamps.needs_mtime(path):
+        if tracked(rel) or stamps.needs_mtime(path):
             key += b"-t%d" % int(st.st_mtime)
         if key in keys:
             continue  # two links in one layer would change its digest (``treedigest``)
@@ -78,6 +83,24 @@ def pool_tree(
             done.shared += 1
             done.shared_bytes += st.st_size
     return done
+
+
+def _tracked_files(base: bytes, work_trees: set[bytes]) -> Callable[[bytes], bool]:
+    """Whether a path (relative to ``base``) is a file the index of its work tree tracks. A
+    work tree whose index git cannot list counts as tracking every file under it."""
+    listed: set[bytes] = set()
+    unlisted: list[bytes] = []
+    for tree in work_trees:
+        found = subprocess.run(
+            ["git", "-c", "safe.directory=*", "-C", base + tree, "ls-files", "-z"],
+            capture_output=True,
+        )
+        if found.returncode != 0:
+            unlisted.append(tree)
+            continue
+        listed.update(tree + name for name in found.stdout.split(b"\0") if name)
+    prefixes = tuple(unlisted)
+    return lambda rel: rel in listed or (bool(prefixes) and rel.startswith(prefixes))
 
 
 def _inode(path: bytes) -> tuple[int, int] | None:
