@@ -23,6 +23,17 @@ def cache_root() -> Path:
     return Path(root)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM (``timeout``, a CI runner ending the job) stops the run as Ctrl-C does: the
+    fixtures' teardown then stops what they started (dockerd and its containers, the e2b
+    endpoint, vLLM). Left to SIGTERM's default, pytest died at once and they ran on."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """CI stops the job at 90 minutes: a slow test due to start later than
     ``$SWEFLOW_SLOW_UNTIL_MIN`` minutes after scripts/test.sh began (its set-up counted) is

@@ -225,3 +225,41 @@ def _interrupt(
     for kind, items in sandboxes.left().items():
         assert not items, (kind, items)
     return code, output
+
+
+DAEMON_FIXTURE_TEST = """
+import pathlib, subprocess, time
+import pytest
+
+@pytest.fixture(scope="session")
+def daemon():
+    proc = subprocess.Popen(["sleep", "600"])
+    pathlib.Path("daemon.pid").write_text(str(proc.pid))
+    yield proc
+    proc.kill()
+    proc.wait()
+
+def test_waits(daemon):
+    pathlib.Path("started").touch()
+    time.sleep(600)
+"""
+
+
+def test_a_test_run_ended_by_sigterm_stops_what_its_fixtures_started(tmp_path: Path) -> None:
+    """With the suite's conftest, pytest ended by SIGTERM runs its fixtures' teardown: a
+    `timeout` around the tests left dockerd, a busy container and the e2b endpoint running."""
+    (tmp_path / "test_daemon.py").write_text(DAEMON_FIXTURE_TEST)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+            "test_daemon.py"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    run = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "started").exists():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]
+        time.sleep(0.1)
+    run.send_signal(signal.SIGTERM)
+    output = run.communicate(timeout=60)[0]
+    daemon = int((tmp_path / "daemon.pid").read_text())
+    assert not Path(f"/proc/{daemon}").exists(), output
+    assert run.returncode == 2, output  # pytest's "interrupted"
+
