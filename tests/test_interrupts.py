@@ -262,4 +262,3 @@ def test_a_test_run_ended_by_sigterm_stops_what_its_fixtures_started(tmp_path: P
     daemon = int((tmp_path / "daemon.pid").read_text())
     assert not Path(f"/proc/{daemon}").exists(), output
     assert run.returncode == 2, output  # pytest's "interrupted"
-
