@@ -99,8 +99,8 @@ def _tracked_files(base: bytes, work_trees: set[bytes]) -> Callable[[bytes], boo
             unlisted.append(tree)
             continue
         listed.update(tree + name for name in found.stdout.split(b"\0") if name)
-    prefixes = tuple(unlisted)
-    return lambda rel: rel in listed or (bool(prefixes) and rel.startswith(prefixes))
+    prefixes = tuple(unlisted)  # startswith(()) is False: nothing unlisted, nothing matched
+    return lambda rel: rel in listed or rel.startswith(prefixes)
 
 
 def _inode(path: bytes) -> tuple[int, int] | None:
