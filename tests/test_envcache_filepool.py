@@ -147,6 +147,55 @@ def test_what_an_install_built_in_a_work_tree_is_stored_once_whatever_its_mtime(
         assert status.stdout == ""
 
 
+def _pooled_by_mtime(store: LayerStore, path: Path, built_at: int) -> None:
+    """``path`` as the pool before f6fd652 left a build output of a checkout: a copy of its own
+    with its build's mtime, pooled under a key with that mtime (``KEY-tMTIME``)."""
+    inode = ino(path)
+    [entry] = [e for folder in store.pool.iterdir() for e in folder.iterdir()
+               if ino(e) == inode]  # fmt: skip
+    copy = path.with_name(path.name + ".copy")
+    shutil.copy2(path, copy)
+    os.utime(copy, (built_at, built_at))
+    os.replace(copy, path)
+    os.link(path, entry.with_name(f"{entry.name}-t{built_at}"))
+    if entry.stat().st_nlink == 1:
+        entry.unlink()
+
+
+def test_dedupe_moves_files_pooled_under_an_older_rule_to_their_entry_now(store):
+    """A store pooled before the work-tree rule keeps each instance's build outputs apart, each
+    under its own mtime's entry: ``env dedupe`` links them as a commit now would, removes the
+    entries it left (the first stays as a second name of the shared file), and gc later takes
+    every name of a file no layer holds."""
+    times = (1_600_000_000, 1_700_000_000)
+    uppers = [_checkout_with_build(store, t, b"v = %d\n" % t) for t in times]
+    layers = [store.commit(upper, "instance") for upper in uppers]
+    for i, layer in enumerate(layers):
+        store.write_manifest(f"i{i}", [layer])
+    trees = [store.layers / layer.digest / "testbed" for layer in layers]
+    for tree, built_at in zip(trees, times, strict=True):
+        _pooled_by_mtime(store, tree / "_speedups.so", built_at)
+    assert ino(trees[0] / "_speedups.so") != ino(trees[1] / "_speedups.so")
+    before = disk_usage(store).disk_bytes
+
+    report = pool_layers(store)
+    assert report.shared == 1 and not report.changed
+    assert report.pruned_files == 1 and report.given_back == len(SHARED * 3)
+    assert ino(trees[0] / "_speedups.so") == ino(trees[1] / "_speedups.so")
+    assert disk_usage(store).disk_bytes == before - len(SHARED * 3)
+    for layer, tree in zip(layers, trees, strict=True):
+        assert tree_digest(tree.parent).digest == layer.digest
+        status = subprocess.run(["git", "-C", str(tree), "diff-files", "--name-only"],
+                                capture_output=True, text=True, check=True)  # fmt: skip
+        assert status.stdout == ""
+    again = pool_layers(store)
+    assert again.files == 0 and again.given_back == 0
+
+    report = gc(store, keep_instances=set(), grace_s=0)
+    assert sorted(report.layers) == sorted(layer.digest for layer in layers)
+    assert [entry for folder in store.pool.iterdir() for entry in folder.iterdir()] == []
+
+
 def test_gc_gives_back_a_pooled_file_when_its_last_layer_goes(store):
     keep = store.commit(hand_upper(store, {"lib.py": SHARED, "k": b"k" * 10}), "instance")
     drop = store.commit(hand_upper(store, {"lib.py": SHARED, "d": b"d" * 20}), "instance")
@@ -245,16 +294,17 @@ def test_a_layer_keeps_its_tar_fingerprint_when_another_layer_shares_its_files(s
 
 def test_a_pooled_layer_keeps_its_digest(store):
     """A layer's digest records its hard links, and a layer sent to another node must arrive
-    with the digest it left with: two identical files in one layer stay two inodes."""
+    with the digest it left with: two identical files in one layer stay two inodes, and the
+    second copies of two layers share the second entry (a figure every checkout holds twice)."""
     first = store.commit(hand_upper(store, {"a.py": SHARED, "b.py": SHARED}), "instance")
     second = store.commit(hand_upper(store, {"c.py": SHARED, "d.py": SHARED}), "instance")
     for layer in (first, second):
         root = store.layers / layer.digest
         assert tree_digest(root).digest == layer.digest
     a, b = (store.layers / first.digest / name for name in ("a.py", "b.py"))
-    c = store.layers / second.digest / "c.py"
-    assert a.stat().st_ino == c.stat().st_ino != b.stat().st_ino
-    again = pool_layers(store)  # b.py and d.py stay copies: pooled, they would join a.py, c.py
-    assert again.changed == [] and again.shared == 0
+    c, d = (store.layers / second.digest / name for name in ("c.py", "d.py"))
+    assert a.stat().st_ino == c.stat().st_ino != b.stat().st_ino == d.stat().st_ino
+    again = pool_layers(store)
+    assert again.changed == [] and again.files == 0
     for layer in (first, second):
         assert tree_digest(store.layers / layer.digest).digest == layer.digest

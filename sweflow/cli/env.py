@@ -443,7 +443,8 @@ def env_du(
 @env_app.command("dedupe")
 def env_dedupe(store: Path = ExistingStoreOption) -> None:
     """Store each distinct file of the layers once: link the files of layers built before the
-    file pool to it (new layers are pooled as they are committed). Safe to run again.
+    file pool, or before its rules changed, to it as a build now would (new layers are pooled as
+    they are committed), and remove the pool's entries no layer links. Safe to run again.
 
     Builds and gc wait while it runs; open sandboxes keep reading the same bytes.
 
@@ -464,6 +465,6 @@ def env_dedupe(store: Path = ExistingStoreOption) -> None:
         )
     console.print(
         f"pooled {report.layers} layers: {report.shared:,} of {report.files:,} files are now "
-        f"stored once for several layers, {report.shared_bytes / 1e6:,.1f} MB given back",
+        f"stored once for several layers, {report.given_back / 1e6:,.1f} MB given back",
         highlight=False,
     )

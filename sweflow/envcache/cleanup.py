@@ -195,6 +195,13 @@ def _remove_layer(store: LayerStore, digest: str, report: GcReport) -> None:
 class PoolReport(Pooled):
     layers: int = 0  # layers whose files were linked to the pool
     changed: list[str] = Field(default_factory=list)  # layers whose tree no longer has their digest
+    pruned_files: int = 0  # entries no layer links any more (files that moved to another entry)
+    pruned_bytes: int = 0
+
+    @property
+    def given_back(self) -> int:
+        """Bytes the store no longer holds: copies now linked, entries no layer links."""
+        return self.shared_bytes + self.pruned_bytes
 
 
 def pool_layers(
@@ -203,13 +210,15 @@ def pool_layers(
     only: Iterable[str] | None = None,
 ) -> PoolReport:
     """Link the files of every stored layer directory (or of the layers ``only`` names) to the
-    pool: for a store built before the pool, or a layer committed when a link failed.
-    Idempotent (a pooled file has other links).
+    pool as a commit would now: for a store built before the pool, or before its key's rule
+    changed (a file pooled under the old key moves to its entry now), or a layer committed when
+    a link failed; then remove the entries no layer links any more. Idempotent.
 
     Holds the store's lock exclusively, as gc does: no commit or gc runs meanwhile. A live
     sandbox keeps reading the same bytes (a file is replaced by a link to identical content,
-    same mode and owner, by an atomic rename). A layer whose tree no longer has its digest is
-    left alone and named in ``changed``: something wrote into it, and its bytes are suspect."""
+    same mode and owner, by an atomic rename; a file whose mtime nothing checks may take the
+    entry's). A layer whose tree no longer has its digest is left alone and named in
+    ``changed``: something wrote into it, and its bytes are suspect."""
     report = PoolReport()
     with flocked(store.root / "store.lock"):
         layers = sorted(p for p in store.layers.iterdir() if p.is_dir() and not p.is_symlink())
@@ -225,4 +234,5 @@ def pool_layers(
                 report.layers += 1
             if progress is not None:
                 progress(done, len(layers))
+        report.pruned_files, report.pruned_bytes = prune(store.pool)
     return report

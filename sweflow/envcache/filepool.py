@@ -7,14 +7,15 @@ the first of its kind), so a layer costs only the files no other layer has. Laye
 directories: overlayfs mounts them as before, and a sandbox that writes a file copies it up
 into its own upper, never into the pool.
 
-Layout: ``pool/<kk>/<key>``. The key is the file's sha256, permission bits and owner (links
-share one inode, so they share those), and its mtime where something checks it: a file a git
-work tree's index tracks (the index matches files by mtime and size; a checkout's files all have
-one mtime, so the instances of a repository still share them) and a Python source with a
-timestamp-checked ``.pyc`` beside it (valid for that mtime only). Any other file takes the mtime
-of the first of its kind: what an install built in the work tree (compiled extensions, generated
-sources; the index does not know them), the git objects, the packages of an environment. An
-entry that no layer links any more (link count 1) is garbage: ``prune`` removes it, under gc's
+Layout: ``pool/<kk>/<key>`` (``<key>~<n>`` for the n+1-th identical file of one layer). The
+key is the file's sha256, permission bits and owner (links share one inode, so they share
+those), and its mtime where something checks it: a file a git work tree's index tracks (the
+index matches files by mtime and size; a checkout's files all have one mtime, so the instances
+of a repository still share them) and a Python source with a timestamp-checked ``.pyc`` beside
+it (valid for that mtime only). Any other file takes the mtime of the first of its kind: what an
+install built in the work tree (compiled extensions, generated sources; the index does not know
+them), the git objects, the packages of an environment. An entry that no layer links any more
+(the pool's own names are all its links) is garbage: ``prune`` removes it, under gc's
 exclusive lock.
 """
 
@@ -33,8 +34,8 @@ _PYC_HASH_BASED_FROM = 3390  # the first magic number (3.7) whose header has the
 
 
 class Pooled(BaseModel):
-    """What pooling a tree did: files it saw, files now sharing an entry another layer made,
-    and the bytes those shared files no longer take."""
+    """What pooling a tree did: files not yet on their entry, files now sharing an entry
+    another layer made, and the bytes of the copies that sharing gave back."""
 
     files: int = 0
     shared: int = 0
@@ -57,31 +58,41 @@ def pool_tree(
 
     A layer's tree keeps no two paths on one inode: a layer's digest records its hard links
     (``treedigest``), and a layer sent to another node as a tar must arrive with the digest it
-    left with. So of several identical files in one layer, the first is pooled and the others
-    stay copies; ``linked`` are the inodes the tree already holds more than one link to (its
-    files pooled before), which a file of it must not join either."""
+    left with. So the n-th identical file of a layer takes the n-th entry of its key
+    (``KEY~1`` for the second): the two copies of a figure every checkout of a repository holds
+    are then stored twice in all, not twice per instance. ``linked`` are the inodes the tree
+    already holds more than one link to (its files pooled before), which a file of it must not
+    join either. A file pooled before under another key (the key's rule changed since, or it
+    took another ordinal) moves to its entry now; the entry it leaves is garbage for
+    :func:`prune` once no layer links it."""
     base = os.fsencode(root)
     done = Pooled()
     stamps = _TimestampedSources()
     work_trees = {rel.partition(b"/.git/")[0] + b"/" for rel in files if b"/.git/" in rel}
     tracked = _tracked_files(base, work_trees)
-    keys: set[bytes] = set()
+    taken: dict[bytes, int] = {}  # key -> entries of it this layer holds
     for rel, sha in files.items():
         path = base + rel
         st = os.lstat(path)
         key = b"%s-%o-%d-%d" % (sha, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
         if tracked(rel) or stamps.needs_mtime(path):
             key += b"-t%d" % int(st.st_mtime)
-        if key in keys:
-            continue  # two links in one layer would change its digest (``treedigest``)
-        keys.add(key)
-        entry = os.fsencode(pool) + b"/" + key[:2] + b"/" + key
+        nth = taken.get(key, 0)
+        taken[key] = nth + 1
+        name = b"%s~%d" % (key, nth) if nth else key
+        entry = os.fsencode(pool) + b"/" + key[:2] + b"/" + name
+        pooled = st.st_nlink > 1  # the tree links it once: the other link is a pool entry
+        # at commit nothing is pooled or linked yet: no stat per file
+        where = _inode(entry) if pooled or linked else None
+        if pooled and where == (st.st_dev, st.st_ino):
+            continue  # on its entry already
         done.files += 1
-        if linked and _inode(entry) in linked:  # at commit none: no stat per file
+        if where in linked:
             continue
         if _link_into(path, entry):
             done.shared += 1
-            done.shared_bytes += st.st_size
+            if not pooled:  # a copy no other path held: its bytes go now (a pooled file's
+                done.shared_bytes += st.st_size  # when prune takes the entry it left)
     return done
 
 
@@ -112,16 +123,25 @@ def _inode(path: bytes) -> tuple[int, int] | None:
 
 
 def prune(pool: Path) -> tuple[int, int]:
-    """Remove the entries no layer links any more; (entries, bytes) removed. Only under the
-    store's exclusive lock: a commit could be about to link one."""
-    removed = freed = 0
+    """Remove the entries no layer links any more; (entries, bytes) removed. An inode may have
+    several entries (a file pooled again under another key keeps its old one), so an entry is
+    garbage when its inode has no link but the pool's. Only under the store's exclusive lock: a
+    commit could be about to link one."""
+    names: dict[tuple[int, int], list[Path]] = {}
+    stats: dict[tuple[int, int], os.stat_result] = {}
     for folder in pool.iterdir():
         for entry in folder.iterdir():
             st = entry.lstat()
-            if st.st_nlink == 1:
+            inode = (st.st_dev, st.st_ino)
+            names.setdefault(inode, []).append(entry)
+            stats[inode] = st
+    removed = freed = 0
+    for inode, entries in names.items():
+        if stats[inode].st_nlink == len(entries):
+            for entry in entries:
                 entry.unlink()
-                removed += 1
-                freed += st.st_size
+            removed += len(entries)
+            freed += stats[inode].st_size
     return removed, freed
 
 

@@ -45,7 +45,8 @@ class TreeDigest:
     entries: int
     seconds: float
     # the sha256 (hex) of each file the store's file pool may take: a regular file with
-    # content, no other link and no xattrs, by its path relative to the root (``b"/a/b"``)
+    # content and no xattrs that no other path of the tree links (a link from outside it, the
+    # pool's, is fine), by its path relative to the root (``b"/a/b"``)
     poolable: dict[bytes, bytes] = field(default_factory=dict)
     # the inodes (device, number) of the files with more than one link: a file of this tree
     # that joins one of them would be a new hard link inside the tree, and change its digest
@@ -65,8 +66,9 @@ def tree_digest(root: Path, *, strip_build_xattrs: bool = False, workers: int = 
     base = os.fsencode(root)
     records: list[list[bytes]] = []
     to_hash: list[tuple[int, bytes]] = []  # (record index, path) of files whose content counts
-    poolable: list[tuple[int, bytes]] = []  # (record index, relative path)
+    poolable: list[tuple[int, bytes, tuple[int, int]]] = []  # (record index, path, inode)
     first_link: dict[tuple[int, int], bytes] = {}
+    repeated: set[tuple[int, int]] = set()  # inodes two paths of the tree link
     size = 0
     stack = [b""]
     while stack:
@@ -81,6 +83,7 @@ def tree_digest(root: Path, *, strip_build_xattrs: bool = False, workers: int = 
             key = (st.st_dev, st.st_ino)
             if key in first_link:
                 payload = b"=" + first_link[key]
+                repeated.add(key)
             else:
                 if st.st_nlink > 1:
                     first_link[key] = rel
@@ -93,8 +96,8 @@ def tree_digest(root: Path, *, strip_build_xattrs: bool = False, workers: int = 
             payload = b"%d,%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
         head = [rel, _TYPES[kind], b"%o" % stat.S_IMODE(st.st_mode), b"%d" % st.st_uid]
         xattrs = _xattrs(path, strip_build_xattrs)
-        if kind == stat.S_IFREG and st.st_nlink == 1 and st.st_size and not xattrs:
-            poolable.append((len(records), rel))
+        if kind == stat.S_IFREG and st.st_size and not xattrs:
+            poolable.append((len(records), rel, (st.st_dev, st.st_ino)))
         records.append([*head, b"%d" % st.st_gid, payload, *xattrs])
     paths = [path for _, path in to_hash]
     batches = [paths[i : i + _HASH_BATCH] for i in range(0, len(paths), _HASH_BATCH)]
@@ -105,7 +108,7 @@ def tree_digest(root: Path, *, strip_build_xattrs: bool = False, workers: int = 
     total = hashlib.sha256(b"sweflow-layer-v1\n")
     for fields in records:
         total.update(b"".join(len(f).to_bytes(8, "big") + f for f in fields) + b"\n")
-    files = {rel: records[index][5] for index, rel in poolable}
+    files = {rel: records[index][5] for index, rel, inode in poolable if inode not in repeated}
     elapsed = time.monotonic() - start
     return TreeDigest(total.hexdigest(), size, len(records), elapsed, files, frozenset(first_link))
 
