@@ -212,7 +212,9 @@ def pool_layers(
     """Link the files of every stored layer directory (or of the layers ``only`` names) to the
     pool as a commit would now: for a store built before the pool, or before its key's rule
     changed (a file pooled under the old key moves to its entry now), or a layer committed when
-    a link failed; then remove the entries no layer links any more. Idempotent.
+    a link failed; then remove the entries no layer links any more. Safe to run again: a
+    second run may finish a move the first one's order of layers left (2 of 88,262 files on
+    Verified's store), a third found nothing.
 
     Holds the store's lock exclusively, as gc does: no commit or gc runs meanwhile. A live
     sandbox keeps reading the same bytes (a file is replaced by a link to identical content,

@@ -127,21 +127,18 @@ def prune(pool: Path) -> tuple[int, int]:
     several entries (a file pooled again under another key keeps its old one), so an entry is
     garbage when its inode has no link but the pool's. Only under the store's exclusive lock: a
     commit could be about to link one."""
-    names: dict[tuple[int, int], list[Path]] = {}
-    stats: dict[tuple[int, int], os.stat_result] = {}
+    names: dict[tuple[int, int], tuple[os.stat_result, list[Path]]] = {}
     for folder in pool.iterdir():
         for entry in folder.iterdir():
             st = entry.lstat()
-            inode = (st.st_dev, st.st_ino)
-            names.setdefault(inode, []).append(entry)
-            stats[inode] = st
+            names.setdefault((st.st_dev, st.st_ino), (st, []))[1].append(entry)
     removed = freed = 0
-    for inode, entries in names.items():
-        if stats[inode].st_nlink == len(entries):
+    for st, entries in names.values():
+        if st.st_nlink == len(entries):
             for entry in entries:
                 entry.unlink()
             removed += len(entries)
-            freed += stats[inode].st_size
+            freed += st.st_size
     return removed, freed
 
 
