@@ -213,6 +213,47 @@ def test_environments_of_the_same_packages_share_their_files(builder, built, ins
     assert not [p for p in upper.rglob("*.pyc") if "site-packages" in str(p)]
 
 
+_FAKE_APT = (  # what `apt-get update && apt-get install` leaves (no network here)
+    "mkdir -p /var/cache/apt/archives /var/lib/apt/lists/partial"
+    " && echo deb > /var/cache/apt/archives/gcc-12_amd64.deb"
+    " && echo cache > /var/cache/apt/pkgcache.bin && echo cache > /var/cache/apt/srcpkgcache.bin"
+    " && echo index > /var/lib/apt/lists/deb.debian.org_debian_dists_bookworm_InRelease"
+    " && echo installed > /opt/installed"
+)
+_TEMP_NAME = "python -c 'import tempfile; print(next(tempfile._get_candidate_names()))'"
+
+
+def test_built_layers_hold_no_apt_caches_and_installs_draw_the_same_temp_names(
+    builder, built, instances
+) -> None:
+    """An environment's apt step leaves no downloaded package, binary cache or index in its
+    layer (what it installed stays); two commits' install steps draw the same temporary names
+    (Cython writes pip's build-environment path into what it compiles), and the seed is gone
+    from the layers: a sandbox's Python draws random names again."""
+    spec = builder.specs.get(REPO, instances[0].version)
+    spec = spec.model_copy(update={
+        "pre_install": [*spec.pre_install, _FAKE_APT],
+        "install": f"{spec.install} && {_TEMP_NAME} > temp-name.txt",
+    })  # fmt: skip
+    rows = [i.model_copy(update={"instance_id": f"seeded-{i.instance_id}"}) for i in instances[:2]]
+    other = EnvBuilder(SpecTable({REPO: {rows[0].version: spec}}), builder.options)
+    assert [r.status for r in other.build(rows)] == ["built", "built"]
+    manifests = [builder.store.read_manifest(row.instance_id) for row in rows]
+    env = builder.store.layers / manifests[0].layers[1].digest
+    assert (env / "opt/installed").is_file()
+    assert not [p for p in (env / "var").rglob("*") if p.is_file()]
+    names = []
+    for manifest in manifests:
+        layer = builder.store.layers / manifest.layers[2].digest
+        names.append((layer / "testbed/temp-name.txt").read_text())
+        assert not list(layer.rglob("*seeded*.pth"))
+    assert names[0] == names[1], names
+    assert not list(env.rglob("*seeded*.pth"))
+    with open_sandbox(instance_sandbox_spec(builder.store, rows[0].instance_id)) as sb:
+        drawn = {sb.exec(_TEMP_NAME).output for _ in range(2)}
+    assert len(drawn) == 2 and names[0] not in drawn
+
+
 def test_an_instance_built_by_an_older_recipe_is_built_again(builder, built, instances) -> None:
     """What the builder makes of a spec changed (RECIPE bumped: here, the checkout's mtimes
     and the hash-checked .pyc files): an instance stored by the old recipe is built again."""

@@ -37,7 +37,7 @@ from sweflow.envcache.freshness import build_record, stale
 from sweflow.envcache.images.importer import find_image, import_base, import_image
 from sweflow.envcache.instance_spec import WORKDIR, instance_sandbox_spec
 from sweflow.envcache.pipsettings import host_pip_settings
-from sweflow.envcache.records import Layer, Manifest
+from sweflow.envcache.records import Layer, LayerKind, Manifest
 from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_version
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
 from sweflow.envcache.store import LayerStore
@@ -51,7 +51,7 @@ from sweflow.harness.specs import EnvSpec, SpecError, SpecTable
 from sweflow.instances import Instance
 from sweflow.paths import rootfs_cache
 from sweflow.sandbox import Bind, Limits, SandboxSpec, open_sandbox
-from sweflow.sandbox.rootfs import resolve_base
+from sweflow.sandbox.rootfs import clean_apt, resolve_base
 from sweflow.sandbox.spec import DEFAULT_PATH
 from sweflow.sandbox.tracking import interruptible_map
 
@@ -85,6 +85,24 @@ WHEELHOUSE = "/wheelhouse"
 SUITE_PYTHONS = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
 HOST_PYTHON_BASE = "debian:bookworm"  # pyenv interpreters here are built against bookworm's libs
 PYENV_ROOTS = ("~/.pyenv/versions", "/opt/pyenv/versions")
+# The install step's Python processes draw temporary names from a fixed seed, through a .pth
+# file in the venv that the step removes when it ends. Cython writes the path of pip's build
+# environment (/tmp/pip-build-env-<random>) into every module it generates, so an extension
+# built for two commits of a repository differed in those bytes alone and was stored once per
+# instance (200 MB of Verified's astropy instances). Seeded, the same source builds to the
+# same files, which the file pool then stores once; what the files do is unchanged, so stored
+# layers stay valid (RECIPE unchanged). Each sandbox has its own /tmp: equal names never meet.
+SEEDED_TEMP_NAMES_AT = "/tmp/sweflow-seeded-temp-names.pth"
+SEEDED_TEMP_NAMES = (
+    "import os, random, tempfile; names = tempfile._get_candidate_names();"
+    " names._rng, names._rng_pid = random.Random(0), os.getpid()\n"
+)
+SEED_TEMP_NAMES = (
+    'SEEDED="$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')'
+    f'/{os.path.basename(SEEDED_TEMP_NAMES_AT)}"\n'
+    "trap 'rm -f \"$SEEDED\"' EXIT\n"
+    f'cp {SEEDED_TEMP_NAMES_AT} "$SEEDED"'
+)
 # Files the install step leaves untracked (an egg-info, a generated _version.py) are not the
 # agent's work: listed in .git/info/exclude, they stay out of `git status` and of every diff.
 EXCLUDE_INSTALL_FILES = (
@@ -475,7 +493,7 @@ class EnvBuilder:
                 if requirements is not None:
                     sandbox.write("/tmp/sweflow-requirements.txt", requirements)
                 self._run(sandbox, "\n".join(script), log, "environment")
-            return self.store.commit(upper, "env")
+            return self._commit(upper, "env")
 
     def _internet_layer(self, spec: EnvSpec, runtime: Runtime, layers):
         """The emulated internet of the spec's test sandboxes (``sweflow.harness.internet``):
@@ -492,7 +510,7 @@ class EnvBuilder:
                         sandbox.write(path, data)
                     script = internet.build_script(runtime.python, hosts)
                     self._run(sandbox, script, log, "emulated internet")
-                return self.store.commit(upper, "env")
+                return self._commit(upper, "env")
 
         return self._once(f"internet-{key}", make)
 
@@ -505,13 +523,20 @@ class EnvBuilder:
                               instance.base_commit, testbed)  # fmt: skip
             if spec.install or spec.setup_repo:
                 with self._sandbox(layers, upper, env, spec.pypi_cutoff) as sandbox:
-                    steps = [*spec.setup_repo, spec.install, COMMIT_SETUP_EDITS]
+                    sandbox.write(SEEDED_TEMP_NAMES_AT, SEEDED_TEMP_NAMES)
+                    steps = [SEED_TEMP_NAMES, *spec.setup_repo, spec.install, COMMIT_SETUP_EDITS]
                     install = "set -euxo pipefail\n" + f"cd {WORKDIR}\n" + "\n".join(steps)
                     self._run(sandbox, f"{install}\n{EXCLUDE_INSTALL_FILES}", log, "install")
             else:
                 with open(log, "a") as f:
                     f.write("no install command: the repository is used as checked out\n")
-            return self.store.commit(upper, "instance")
+            return self._commit(upper, "instance")
+
+    def _commit(self, upper: Path, kind: LayerKind) -> Layer:
+        """Commit a build step's upper less apt's caches (``clean_apt``): the specs' ``apt-get
+        install`` steps left 718 MB of them in the 27 environments of Verified's store."""
+        clean_apt(upper)
+        return self.store.commit(upper, kind)
 
     def check_sources(self, instances: Iterable[Instance]) -> dict[str, str]:
         """Repositories of ``instances`` without a source, each with the reason (where it was
