@@ -64,6 +64,23 @@ def test_a_file_many_layers_hold_is_stored_once(store):
     assert usage.files_deduplicated_pct == pytest.approx(100 / 6)
 
 
+def test_du_says_which_kinds_of_layers_share_the_shared_bytes(store):
+    """Shared bytes are most of a big store's (2.8 of Verified's 5.5 GB): whether environments
+    or instances share them says where the next saving is."""
+    other = b"other = 1\n" * 50
+    env = store.commit(hand_upper(store, {"venv/lib.py": SHARED}), "env")
+    one = store.commit(hand_upper(store, {"lib.py": SHARED, "o.py": other, "a": b"1"}), "instance")
+    two = store.commit(hand_upper(store, {"o.py": other, "a": b"2"}), "instance")
+    store.write_manifest("i1", [env, one])
+    store.write_manifest("i2", [env, two])
+    usage = disk_usage(store)
+    assert usage.shared_by_kinds == {"env+instance": len(SHARED), "instance": len(other)}
+    assert usage.shared_bytes == len(SHARED) + len(other)
+    shown = CliRunner().invoke(app, ["env", "du", "--store", str(store.root)],
+                               env={"COLUMNS": "200"})  # fmt: skip
+    assert shown.exit_code == 0 and "by env and instance layers" in shown.output, shown.output
+
+
 def test_a_sandbox_that_writes_a_pooled_file_changes_only_its_own_copy(store, bookworm_rootfs):
     base = store.import_dir(bookworm_rootfs)
     first = store.commit(hand_upper(store, {"testbed/lib.py": SHARED}), "instance")

@@ -420,6 +420,8 @@ def env_du(
         table.add_row(kind, str(row.layers), f"{row.files:,}", _mb(row.apparent_bytes),
                       _mb(row.own_bytes))  # fmt: skip
     table.add_row("shared by several", "", "", "", _mb(usage.shared_bytes))
+    for kinds, nbytes in usage.shared_by_kinds.items():
+        table.add_row(f"  by {kinds.replace('+', ' and ')} layers", "", "", "", _mb(nbytes))
     table.add_row("[bold]on disk[/]", str(usage.layers), f"{usage.distinct_files:,}",
                   _mb(usage.apparent_bytes), f"[bold]{_mb(usage.disk_bytes)}[/]")  # fmt: skip
     console.print(table)

@@ -40,6 +40,7 @@ class DiskUsage(BaseModel):
     apparent_bytes: int  # each layer as a whole tree (what a store without the pool would hold)
     disk_bytes: int  # each file once, plus packed images
     shared_bytes: int  # files two or more layers hold, once each
+    shared_by_kinds: dict[str, int]  # those bytes by the kinds that share them: "env+instance"
     pool_files: int  # entries in the pool (those no layer links are gc's)
     by_kind: dict[str, KindUsage]
     instance_own_bytes: dict[str, int]  # what deleting this instance alone would give back
@@ -76,12 +77,14 @@ def disk_usage(
                 users[layer.digest].add(instance_id)
                 kind_of[layer.digest] = layer.kind
     owner: dict[tuple[int, int], str] = {}
+    sharers: dict[tuple[int, int], set[str]] = {}  # the kinds of layers holding a shared file
     size_of: dict[tuple[int, int], int] = {}
     by_kind: dict[str, KindUsage] = defaultdict(KindUsage)
     own: dict[str, int] = defaultdict(int)  # layer -> bytes of files only it holds
     files = 0
     for done, digest in enumerate(sorted(users), 1):
-        row = by_kind[kind_of[digest]]
+        kind = kind_of[digest]
+        row = by_kind[kind]
         row.layers += 1
         image = store.packed_image(digest)
         if image is not None:  # one compressed file: all of it this layer's own
@@ -98,15 +101,19 @@ def disk_usage(
                 first = owner.setdefault(key, digest)
                 size_of[key] = st.st_size
                 if first != digest:
-                    owner[key] = _SHARED
+                    if first != _SHARED:
+                        sharers[key] = {kind_of[first]}
+                        owner[key] = _SHARED
+                    sharers[key].add(kind)
         if progress is not None:
             progress(done, len(users))
-    shared = 0
+    shared_by_kinds: dict[str, int] = defaultdict(int)
+    for key, holders in sharers.items():
+        shared_by_kinds["+".join(sorted(holders))] += size_of[key]
     for key, layer in owner.items():
-        if layer == _SHARED:
-            shared += size_of[key]
-        else:
+        if layer != _SHARED:
             own[layer] += size_of[key]
+    shared = sum(shared_by_kinds.values())
     for digest, nbytes in own.items():
         by_kind[kind_of[digest]].own_bytes += nbytes
     instance_own: dict[str, int] = defaultdict(int)
@@ -121,6 +128,7 @@ def disk_usage(
         apparent_bytes=sum(row.apparent_bytes for row in by_kind.values()),
         disk_bytes=sum(own.values()) + shared,
         shared_bytes=shared,
+        shared_by_kinds=dict(sorted(shared_by_kinds.items(), key=lambda item: -item[1])),
         pool_files=sum(len(os.listdir(folder)) for folder in store.pool.iterdir()),
         by_kind=dict(sorted(by_kind.items())),
         instance_own_bytes={i: instance_own.get(i, 0) for i in ids},
