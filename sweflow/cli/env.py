@@ -421,7 +421,9 @@ def env_du(
                       _mb(row.own_bytes))  # fmt: skip
     table.add_row("shared by several", "", "", "", _mb(usage.shared_bytes))
     for kinds, nbytes in usage.shared_by_kinds.items():
-        table.add_row(f"  by {kinds.replace('+', ' and ')} layers", "", "", "", _mb(nbytes))
+        *most, last = kinds.split("+")
+        who = f"{', '.join(most)} and {last}" if most else last
+        table.add_row(f"  by {who} layers", "", "", "", _mb(nbytes))
     table.add_row("[bold]on disk[/]", str(usage.layers), f"{usage.distinct_files:,}",
                   _mb(usage.apparent_bytes), f"[bold]{_mb(usage.disk_bytes)}[/]")  # fmt: skip
     console.print(table)
