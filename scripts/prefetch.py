@@ -113,7 +113,7 @@ def prefetch_wheels(cache: Path) -> bool:
     for path in specs_files:
         merged.update(yaml.safe_load(path.read_text()) or {})
     sys.path.insert(0, str(ROOT))
-    from sweflow.envcache.builder import HARNESS_TOOLS
+    from sweflow.envcache.buildsteps import HARNESS_TOOLS
 
     targets = wheel_targets(merged)
     dest.mkdir(parents=True, exist_ok=True)
