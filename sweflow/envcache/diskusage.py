@@ -19,8 +19,6 @@ from pydantic import BaseModel
 from sweflow.envcache.records import LayerKind
 from sweflow.envcache.store import LayerStore
 
-_SHARED = ""  # the owner of a file that more than one layer holds
-
 
 class KindUsage(BaseModel):
     """The layers of one kind: how many, their files, their bytes as whole trees, and the
@@ -76,8 +74,8 @@ def disk_usage(
             if kinds is None or layer.kind in kinds:
                 users[layer.digest].add(instance_id)
                 kind_of[layer.digest] = layer.kind
-    owner: dict[tuple[int, int], str] = {}
-    sharers: dict[tuple[int, int], set[str]] = {}  # the kinds of layers holding a shared file
+    owner: dict[tuple[int, int], str] = {}  # the first layer found holding the file
+    sharers: dict[tuple[int, int], set[str]] = {}  # a shared file: the kinds of its layers
     size_of: dict[tuple[int, int], int] = {}
     by_kind: dict[str, KindUsage] = defaultdict(KindUsage)
     own: dict[str, int] = defaultdict(int)  # layer -> bytes of files only it holds
@@ -101,17 +99,14 @@ def disk_usage(
                 first = owner.setdefault(key, digest)
                 size_of[key] = st.st_size
                 if first != digest:
-                    if first != _SHARED:
-                        sharers[key] = {kind_of[first]}
-                        owner[key] = _SHARED
-                    sharers[key].add(kind)
+                    sharers.setdefault(key, {kind_of[first]}).add(kind)
         if progress is not None:
             progress(done, len(users))
     shared_by_kinds: dict[str, int] = defaultdict(int)
     for key, holders in sharers.items():
         shared_by_kinds["+".join(sorted(holders))] += size_of[key]
     for key, layer in owner.items():
-        if layer != _SHARED:
+        if key not in sharers:
             own[layer] += size_of[key]
     shared = sum(shared_by_kinds.values())
     for digest, nbytes in own.items():
