@@ -21,6 +21,8 @@ BUILD_ENV = {
     "PIP_NO_CACHE_DIR": "1",
     "SOURCE_DATE_EPOCH": "315532800",  # 1980-01-01, the earliest time a zip (wheel) can hold
 }
+# A shell command that prints the site-packages folder of the venv a step runs in.
+VENV_SITE = "python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'"
 # The install step's Python processes draw temporary names from a fixed seed, through a .pth
 # file in the venv that the step removes when it ends. Cython writes the path of pip's build
 # environment (/tmp/pip-build-env-<random>) into every module it generates, so an extension
@@ -34,8 +36,7 @@ SEEDED_TEMP_NAMES = (
     " names._rng, names._rng_pid = random.Random(0), os.getpid()\n"
 )
 SEED_TEMP_NAMES = (
-    'SEEDED="$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')'
-    f'/{os.path.basename(SEEDED_TEMP_NAMES_AT)}"\n'
+    f'SEEDED="$({VENV_SITE})/{os.path.basename(SEEDED_TEMP_NAMES_AT)}"\n'
     "trap 'rm -f \"$SEEDED\"' EXIT\n"
     f'cp {SEEDED_TEMP_NAMES_AT} "$SEEDED"'
 )
@@ -64,6 +65,5 @@ def see_venv_from_base(base_python: str) -> str:
     too, while the venv itself still ignores the base's.
     """
     base_site = f"{base_python} -c 'import site; print(site.getsitepackages()[0])'"
-    venv_site = "python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'"
     pth = '"$BASE_SITE/sweflow-venv.pth"'
-    return f'BASE_SITE=$({base_site}) && mkdir -p "$BASE_SITE" && {venv_site} > {pth}'
+    return f'BASE_SITE=$({base_site}) && mkdir -p "$BASE_SITE" && {VENV_SITE} > {pth}'
