@@ -100,10 +100,14 @@ BEFORE_RL = ("gold", "sft", "base")
 # guard: 20 of 50 runs loop without it, 1 with it); 32 samples a side for the check (two draws
 # of 16 of the same SFT model on glom resolved 0 and 4 at f897ae1: as far apart as the target).
 # Until 19845af one epoch over 340 of ~610 windows (145.6 minutes with no RL: no task qualified).
-# The quick one fits 30 minutes: 17.6 with 48 train tasks and 1 epoch of 40 windows, as the full
-# plan takes 2/3 of its windows (2 epochs over 24 tasks' 29 windows taught it to submit at once).
+# The quick one fits 30 minutes (25.5 at 122b7d3, alone) with the full plan's shape: 3 epochs
+# over the whole trajectories of the tasks that fit 15 windows (5 tasks, 42 steps). The same day,
+# 1 epoch of 40 windows sampled from 24 tasks (18.0 minutes) submitted at once: held out, it
+# reproduced 1 of 6 and opened the gold file in 1, against 5 and 2; neither found an RL task in
+# 4 samples of each trained task (none resolved in 8 either: 5.4 minutes more).
 FULL = Plan(None, None, 3, None, 16, 4, 1, 4, 32, unguarded=False, sft_sequences=60)
-QUICK = Plan(48, 6, 1, 40, 2, 4, 1, 2, 4, max_steps=8, unguarded=False)
+QUICK = Plan(48, 6, 3, None, 8, 4, 1, 2, 8, max_steps=8, unguarded=False, sft_sequences=15,
+             rl_dynamic_rounds=1)  # fmt: skip
 
 
 def heldout_repos(dataset: Path) -> list[str]:
