@@ -105,6 +105,8 @@ BEFORE_RL = ("gold", "sft", "base")
 # 1 epoch of 40 windows sampled from 24 tasks (18.0 minutes) submitted at once: held out, it
 # reproduced 1 of 6 and opened the gold file in 1, against 5 and 2; neither found an RL task in
 # 4 samples of each trained task (none resolved in 8 either: 5.4 minutes more).
+# Were a task to qualify, RL redraws a failed group once, not 3 times: a step draws at most 8
+# episodes (a full-plan step drew 16 in 8.5 minutes).
 FULL = Plan(None, None, 3, None, 16, 4, 1, 4, 32, unguarded=False, sft_sequences=60)
 QUICK = Plan(48, 6, 3, None, 8, 4, 1, 2, 8, max_steps=8, unguarded=False, sft_sequences=15,
              rl_dynamic_rounds=1)  # fmt: skip
