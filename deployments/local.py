@@ -20,6 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+try:
+    from deployments.stage_lines import watch
+except ModuleNotFoundError:  # run as a script, or loaded by path (`sweflow bench pipeline`)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from stage_lines import watch
+
 ROOT = Path(__file__).resolve().parent.parent
 POOL = "sweflow"
 SANDBOX_LIMIT = "sweflow-sandboxes"
@@ -61,21 +67,32 @@ class LocalPrefect:
     def up(self) -> None:
         self.state.mkdir(parents=True, exist_ok=True)
         if not self.healthy():
-            self._spawn("server", ["prefect", "server", "start", "--host", "127.0.0.1",
-                                   "--port", str(self.port)])  # fmt: skip
+            self._spawn(
+                "server",
+                ["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
+            )
             self.wait_healthy()
         self.prefect("work-pool", "create", POOL, "--type", "process", check=False)
         self.prefect(
-            "global-concurrency-limit", "create", SANDBOX_LIMIT,
-            "--limit", str(self.sandbox_limit), check=False,
-        )  # fmt: skip
+            "global-concurrency-limit",
+            "create",
+            SANDBOX_LIMIT,
+            "--limit",
+            str(self.sandbox_limit),
+            check=False,
+        )
         self.deploy()
         if not self._alive("worker"):
             self._spawn("worker", ["prefect", "worker", "start", "--pool", POOL])
 
     def deploy(self) -> None:
-        self.prefect("--no-prompt", "deploy", "--all", "--prefect-file",
-                     str(self.root / "deployments" / "prefect.yaml"))  # fmt: skip
+        self.prefect(
+            "--no-prompt",
+            "deploy",
+            "--all",
+            "--prefect-file",
+            str(self.root / "deployments" / "prefect.yaml"),
+        )
 
     def down(self) -> None:
         for name in ("worker", "server"):
@@ -85,12 +102,19 @@ class LocalPrefect:
                 _wait_gone(pid, 20) or os.killpg(pid, signal.SIGKILL)
             (self.state / f"{name}.pid").unlink(missing_ok=True)
 
-    def run(self, deployment: str, *params: str, timeout: float = 3600, capture: bool = False):
-        """``prefect deployment run NAME --watch``: (exit code, flow run id when captured)."""
-        args = ["deployment", "run", deployment, "--watch", "--watch-interval", "1", *params]
-        done = self.prefect(*args, check=False, timeout=timeout, capture=capture)
+    def run(self, deployment: str, *params: str, timeout: float = 3600, out=print):
+        """``prefect deployment run NAME``, then one line per stage as it starts and ends, to
+        ``out`` (the events stay in the UI): (exit code, flow run id). The exit code is 0 when
+        the flow run completed, 1 otherwise (as ``--watch``'s)."""
+        done = self.prefect("deployment", "run", deployment, *params, check=False)
         found = re.search(r"UUID: ([0-9a-f-]{36})", done.stdout or "")
-        return done.returncode, found[1] if found else None
+        if done.returncode != 0 or not found:
+            out(f"prefect deployment run {deployment} failed:\n{done.stdout}\n{done.stderr}")
+            return done.returncode or 1, None
+        out(f"flow run {found[1]} (its events: {self.ui_url}/runs/flow-run/{found[1]})")
+        state = watch(self.api, found[1], out, deadline=time.monotonic() + timeout)
+        out(f"flow run {state}")
+        return (0 if state == "Completed" else 1), found[1]
 
     def api(self, path: str, body: dict | None = None) -> object:
         """A call to the server's REST API (POST with a JSON body, else GET)."""
@@ -160,9 +184,13 @@ class LocalPrefect:
     def _spawn(self, name: str, argv: list[str]) -> int:
         log = open(self.state / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
         proc = subprocess.Popen(
-            argv, cwd=self.root, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+            argv,
+            cwd=self.root,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: down() stops its children too
-        )  # fmt: skip
+        )
         (self.state / f"{name}.pid").write_text(str(proc.pid))
         return proc.pid
 
@@ -206,6 +234,7 @@ def main() -> int:
     parser.add_argument("deployment", nargs="?", default="end-to-end/demo")
     parser.add_argument("--state", type=Path, default=ROOT / "runs" / "prefect")
     parser.add_argument("--port", type=int, default=4200)
+    parser.add_argument("--params", help="run: the flow's parameters as JSON")
     args = parser.parse_args()
     stack = LocalPrefect(args.state, args.port)
     if args.command == "up":
@@ -215,7 +244,8 @@ def main() -> int:
     if args.command == "down":
         stack.down()
         return 0
-    return stack.run(args.deployment)[0]
+    params = ("--params", args.params) if args.params else ()
+    return stack.run(args.deployment, *params)[0]
 
 
 if __name__ == "__main__":

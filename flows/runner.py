@@ -11,11 +11,14 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from prefect.artifacts import create_markdown_artifact
 from prefect.filesystems import LocalFileSystem
+from prefect.runtime import flow_run
 
 from sweflow.pipeline.config import PipelineConfig, check_config, load_pipeline_config
 from sweflow.pipeline.registry import BY_NAME
 from sweflow.pipeline.stages.common import stage_inputs
+from sweflow.tracking.run import finish_run
 from tasks import stage_tasks
 
 ROOT = Path(__file__).resolve().parent.parent  # where the bundled deployments run
@@ -38,11 +41,16 @@ def run_pipeline(config: PipelineConfig, targets: Sequence[str]) -> dict[str, di
     """Run ``targets`` and what they read from, in order; each stage is one cached task.
 
     A config that cannot work (a form's values are checked only by type) fails the flow here,
-    before any task: no stage is retried for it."""
+    before any task: no stage is retried for it. Every stage reports to one tracking run,
+    named after this flow run and keyed by its id."""
     check_config(config, Path.cwd())
+    if flow_run.id is not None:
+        tracking = config.tracking.for_run(flow_run.name, str(flow_run.id))
+        config = config.model_copy(update={"tracking": tracking})
     storage = result_storage(config)
     forced = config.forced()
     results: dict[str, dict] = {}
+    failed = True
     try:
         for name in config.needed(targets):
             stage = BY_NAME[name]
@@ -54,6 +62,16 @@ def run_pipeline(config: PipelineConfig, targets: Sequence[str]) -> dict[str, di
             )
             inputs = stage_inputs(config, name, list(upstream.values()))
             results[name] = task(config, inputs, upstream)
+        failed = False
     finally:
         stage_tasks.MODEL_SERVERS.close()  # a vLLM started for the agent stages
+        if config.tracking.enabled and config.tracking.run_key:
+            track_links(config, finish_run(config.tracking, failed))
     return results
+
+
+def track_links(config: PipelineConfig, links: dict[str, str]) -> None:
+    """The flow run's tracking run, linked from its artifacts."""
+    lines = "\n".join(f"- **{tracker}**: {link}" for tracker, link in links.items())
+    key = f"{config.name}-tracking".lower().replace("_", "-")
+    create_markdown_artifact(f"# Tracking\n\n{lines}\n", key=key)

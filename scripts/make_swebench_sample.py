@@ -24,16 +24,28 @@ from pathlib import Path
 
 def load_rows(path: Path) -> dict[str, dict]:
     text = path.read_text()
-    rows = json.loads(text) if text.lstrip().startswith("[") else [
-        json.loads(line) for line in text.splitlines() if line.strip()
-    ]  # fmt: skip
+    rows = (
+        json.loads(text)
+        if text.lstrip().startswith("[")
+        else [json.loads(line) for line in text.splitlines() if line.strip()]
+    )
     return {row["instance_id"]: row for row in rows}
 
 
 def shallow_repo(mirror: Path, commits: list[str], dest: Path) -> None:
     subprocess.run(["git", "init", "-q", "--bare", "--template=", str(dest)], check=True)
-    fetch = ["git", "-C", str(dest), "-c", "protocol.file.allow=always", "fetch", "-q",
-             "--depth", "1", f"file://{mirror.resolve()}"]  # fmt: skip
+    fetch = [
+        "git",
+        "-C",
+        str(dest),
+        "-c",
+        "protocol.file.allow=always",
+        "fetch",
+        "-q",
+        "--depth",
+        "1",
+        f"file://{mirror.resolve()}",
+    ]
     subprocess.run([*fetch, *commits], check=True)
     for commit in commits:
         ref = f"refs/sweflow/{commit}"

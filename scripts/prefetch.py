@@ -52,7 +52,7 @@ def prefetch_rootfs(cache: Path) -> bool:
     t0 = time.monotonic()
     seen: set[str] = set()
 
-    def progress(line: str) -> None:
+    def progress(line: str, done: int = 0, total: int = 0) -> None:
         # debootstrap says "I: Retrieving foo 1.2" per package: show the first line of each phase.
         m = re.match(r"I: (Retrieving|Validating|Extracting|Unpacking|Configuring) ", line)
         if m is None or m.group(1) not in seen:

@@ -15,9 +15,10 @@ flock 9
 # --- system packages --------------------------------------------------------------------------
 # gcc + libc6-dev: the sandbox's tiny C init; debootstrap: Debian base rootfs layers;
 # squashfs-tools + erofs-utils: read-only layer images; uidmap: rootless user namespaces;
-# docker.io: the docker backend and the comparison runs; python3-venv: the virtualenv below.
+# docker.io: the docker backend and the comparison runs; python3-venv: the virtualenv below;
+# chromium: the trajectory inspector's tests open its page in a real headless browser.
 APT_PACKAGES=(gcc libc6-dev git debootstrap squashfs-tools erofs-utils uidmap docker.io
-              python3 python3-venv)
+              python3 python3-venv chromium)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -62,10 +63,10 @@ have=$(cat "$STAMP" 2>/dev/null || true)
 if [[ $want == "$have" && -x $VENV/bin/sweflow ]]; then
   say "python packages: up to date"
 else
-  say "pip install -e '.[docker,e2b,pipeline,ray,train,test,dev]' (torch's CPU build: a few minutes once)"
+  say "pip install -e '.[docker,e2b,pipeline,ray,train,track,test,dev]' (torch's CPU build: a few minutes once)"
   rm -f "$STAMP"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    -e '.[docker,e2b,pipeline,ray,train,test,dev]'
+    -e '.[docker,e2b,pipeline,ray,train,track,test,dev]'
   echo "$want" >"$STAMP"
 fi
 say "ready: $("$VENV/bin/python" -V 2>&1) in .venv"

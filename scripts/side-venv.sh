@@ -1,8 +1,10 @@
 # Sourced by setup-serve.sh and setup-verl.sh: a venv beside .venv for a stack whose pins clash
 # with Prefect's (vLLM, verl). Idempotent: a stamp holds the extra and pyproject.toml's digest.
 #
-#   side_venv_begin NAME EXTRA IMPORTS  # .venv-NAME; exits 0 when EXTRA is installed and IMPORTS
-#                                       # import; else pip installs -e .[EXTRA] (sets PY)
+#   side_venv_begin NAME EXTRA IMPORTS [REQUIREMENT]
+#                                       # .venv-NAME; exits 0 when EXTRA is installed and IMPORTS
+#                                       # import; else pip installs -e .[EXTRA], or REQUIREMENT
+#                                       # alone when given (a tool without sweflow; sets PY)
 #   side_venv_done IMPORTS VERSION_CODE # checks IMPORTS, writes the stamp, prints VERSION_CODE
 set -euo pipefail
 
@@ -10,7 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 
 side_venv_begin() {
-  local name=$1 extra=$2 imports=$3
+  local name=$1 extra=$2 imports=$3 requirement=${4:-}
   TAG="[setup-$name]"
   bash scripts/setup.sh
   exec 9>"$ROOT/.setup.lock"
@@ -25,9 +27,11 @@ side_venv_begin() {
     echo "$TAG $extra: up to date"
     exit 0
   fi
-  echo "$TAG pip install -e '.[$extra]' (minutes the first time)"
+  local target=(-e ".[$extra]")
+  [[ -n $requirement ]] && target=("$requirement")
+  echo "$TAG pip install ${target[*]} (minutes the first time)"
   rm -f "$STAMP"
-  "$PY" -m pip install -q --disable-pip-version-check -e ".[$extra]"
+  "$PY" -m pip install -q --disable-pip-version-check "${target[@]}"
 }
 
 side_venv_done() {

@@ -65,15 +65,13 @@ EMULATED_HOSTS = {
 REPO_COMMAND = re.compile(r"\b(setup\.py|setup\.cfg|pyproject\.toml|tox\.ini)\b|/testbed|QHULL")
 
 
-def parser_names(parsers_py: Path) -> dict[str, str]:
-    """repo -> parser function name, read from the MAP_REPO_TO_PARSER_PY literal."""
+def parser_names(parsers_py: Path, table: str = "MAP_REPO_TO_PARSER_PY") -> dict[str, str]:
+    """repo -> parser function name, read from the ``table`` literal of a parsers module."""
     tree = ast.parse(parsers_py.read_text())
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == (
-            "MAP_REPO_TO_PARSER_PY"
-        ):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == table:
             return {k.value: v.id for k, v in zip(node.value.keys, node.value.values, strict=True)}
-    raise SystemExit(f"{parsers_py}: no MAP_REPO_TO_PARSER_PY")
+    raise SystemExit(f"{parsers_py}: no {table}")
 
 
 def translate(repo: str, spec: dict, tables: dict, parsers: dict[str, str]) -> dict:

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Run the test suite: `bash scripts/test.sh [pytest args...]`.
 # Slow tests (soak, benchmarks) run only with SWEFLOW_SLOW=1 or CI=true, unless you pass -m.
+# `bash scripts/test.sh -m quick`: the quick tier, the tests that need no rootfs, environment
+# build, local sandbox (namespaces), docker, e2b endpoint or model (tests/conftest.py marks them;
+# ~540 tests, 2.5-3 minutes on 2 cores at load 5-7, 84 s of CPU).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# CI stops a job at 90 minutes; the full run (CI=true) took 71 of them on 2026-11-28. Slow tests
-# due to start later than SWEFLOW_SLOW_UNTIL_MIN minutes into the run (set-up included) are
+# CI stops a job at 90 minutes and the full run (CI=true) takes most of them
+# (benchmarks/results/cli.md, the test suite). Slow tests due to start later than SWEFLOW_SLOW_UNTIL_MIN minutes into the run (set-up included) are
 # skipped with that reason (tests/conftest.py), so a slower machine still gets every verdict.
 export SWEFLOW_TEST_BEGAN=${SWEFLOW_TEST_BEGAN:-$(date +%s)}
 if [[ ${CI:-} == true ]]; then
   export SWEFLOW_SLOW_UNTIL_MIN=${SWEFLOW_SLOW_UNTIL_MIN:-70}
 fi
 bash scripts/setup.sh
+bash scripts/setup-mlflow.sh  # the MLflow server the tracking tests start (its own venv)
 .venv/bin/python scripts/prefetch.py
 
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
@@ -19,7 +23,7 @@ export DO_NOT_TRACK=1
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-90}
 
 # A full disk fails tests far from its cause (dockerd does not start, layers are cut short):
-# say so first. The full suite (CI=true) wrote 13.4 GB at its peak (2026-11-26): room to spare.
+# say so first. 16 GiB leaves room above the full suite's peak (benchmarks/results/cli.md).
 need_gib=${SWEFLOW_TEST_MIN_FREE_GIB:-16}
 tmp_dir=${TMPDIR:-/tmp}
 free_gib=$(df -P --block-size=1G "$tmp_dir" | awk 'NR == 2 {print $4}')
@@ -40,7 +44,8 @@ if ((user_marker == 0)) && [[ ${SWEFLOW_SLOW:-0} != 1 && ${CI:-} != true ]]; the
 fi
 
 rc=0
-.venv/bin/python -m pytest "${args[@]}" || rc=$?
+# the slowest tests are printed at the end, so CI's log says where its minutes go
+.venv/bin/python -m pytest --durations=30 "${args[@]}" || rc=$?
 if ((rc == 5)); then
   echo "[test] error: pytest collected no tests; treating that as a failure" >&2
 fi

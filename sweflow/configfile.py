@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import types
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from sweflow.errors import SweflowError
 from sweflow.paths import name_problem
@@ -25,9 +33,43 @@ def _one_folder_name(value: str) -> str:
 FolderName = Annotated[str, AfterValidator(_one_folder_name)]
 
 
+class ConfigModel(BaseModel):
+    """A record of settings as people write them (YAML, ``key=value`` overrides, the Prefect
+    UI's form): unknown keys are refused, every number is finite, and true or false is never
+    read as a number. ``learning_rate: inf`` trained nothing and printed as JSON's invalid
+    ``Infinity``; ``max_open: true`` became 1."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _numeric(field.annotation):
+            raise ValueError("expected a number, not true or false")
+        return value
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field of this type takes numbers and no bool (``int``, ``float | None``)."""
+    if annotation in (int, float):
+        return True
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _numeric(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        args = get_args(annotation)
+        return bool not in args and any(_numeric(arg) for arg in args)
+    return False
+
+
 def describe(exc: ValidationError) -> str:
-    """``field.sub: message; ...`` for every error of a validation."""
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+    """``field.sub: message; ...`` for every error of a validation (a check of the whole
+    model has no field: its message alone)."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+        for e in exc.errors()
+    )
 
 
 def read_yaml_mapping(path: Path, what: str, error: type[SweflowError]) -> dict[str, Any]:

@@ -24,6 +24,31 @@ def rootfs_cache() -> Path:
     return cache_root() / "rootfs"
 
 
+# The operating system's own folders: an output folder in one (``run_dir: /etc``) writes among its
+# files, and nothing stops root from doing so.
+SYSTEM_FOLDERS = tuple(
+    map(Path, "/bin /boot /dev /etc /lib /lib32 /lib64 /libx32 /proc /run /sbin /sys /usr".split())
+)
+# Folders that hold others' folders: one of these itself is no run's own.
+SHARED_FOLDERS = tuple(map(Path, "/ /home /media /mnt /opt /root /srv /tmp /var".split()))
+
+
+def output_folder_problem(path: Path) -> str | None:
+    """Why sweflow must not write into ``path`` as an output folder (a run's, a store, a
+    report's): it is a file, a folder of the system, or one this user cannot write; None if
+    it can be one (existing or not)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file, not a folder"
+    real = path.resolve()
+    if real in SHARED_FOLDERS or any(real == d or d in real.parents for d in SYSTEM_FOLDERS):
+        return f"{path} is a folder of the system: name a folder of your own"
+    existing = next(p for p in (real, *real.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{path} cannot be written ({existing} is not writable)"
+    return None
+
+
 def name_problem(name: str) -> str | None:
     """Why ``name`` cannot be one path component (a sentence that quotes it), or None.
 

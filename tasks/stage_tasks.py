@@ -26,6 +26,7 @@ from sweflow.pipeline.config import PipelineConfig
 from sweflow.pipeline.model_servers import ModelServers
 from sweflow.pipeline.registry import STAGES, StageSpec
 from sweflow.pipeline.stages.common import StageContext
+from sweflow.pipeline.tracked import close_stage, report_stage
 from tasks.faults import maybe_fail
 
 SANDBOX_LIMIT = "sweflow-sandboxes"  # a global concurrency limit created by the deploy script
@@ -55,7 +56,7 @@ def run_stage(stage: StageSpec, config: PipelineConfig, upstream: dict[str, dict
     progress_id = create_progress_artifact(0.0, description=f"{name}: starting")
     last = [-1.0]
 
-    def progress(done: int, total: int, what: str) -> None:
+    def progress(what: str, done: int = 0, total: int = 0) -> None:
         percent = round(100.0 * done / max(total, 1), 1)
         logger.info("%s [%d/%d] %s", name, done, total, what)
         if percent != last[0]:
@@ -64,14 +65,19 @@ def run_stage(stage: StageSpec, config: PipelineConfig, upstream: dict[str, dict
 
     context = StageContext(config, upstream, progress, MODEL_SERVERS)
     slots = min(config.sandbox.max_open, config.envs.max_workers)
-    with concurrency(SANDBOX_LIMIT, occupy=slots, strict=False):
-        result = stage.function()(context)
+    try:
+        with concurrency(SANDBOX_LIMIT, occupy=slots, strict=False):
+            result = stage.function()(context)
+        tracked = report_stage(context, result)
+    finally:
+        close_stage(context)
     update_progress_artifact(progress_id, 100.0, description=f"{name}: done")
     key = _artifact_key(config, name)
     if result.rows:
         create_table_artifact(result.rows, key=key, description=result.summary())
     links = "\n".join(
-        f"- **{label}**: `{os.path.abspath(path)}`" for label, path in result.outputs.items()
+        [f"- **{label}**: `{os.path.abspath(path)}`" for label, path in result.outputs.items()]
+        + [f"- **{tracker} run**: {link}" for tracker, link in tracked.items()]
     )
     body = f"{result.markdown}\n\n" if result.markdown else ""
     create_markdown_artifact(

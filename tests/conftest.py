@@ -10,11 +10,26 @@ import signal
 import stat
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
 from sweflow.sandbox.rootfs import RootfsError, debootstrap_rootfs
+
+if TYPE_CHECKING:
+    from sweflow.envcache.dataset import Dataset
+
+# A patch whose tests hang (a root conftest.py that sleeps): graded past a timeout, interrupted.
+SLEEPY_PATCH = """diff --git a/conftest.py b/conftest.py
+new file mode 100644
+--- /dev/null
++++ b/conftest.py
+@@ -0,0 +1,2 @@
++import time
++time.sleep(120)
+"""
 
 
 def cache_root() -> Path:
@@ -34,6 +49,46 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+# What keeps a test out of the quick tier: a rootfs, environment builds (the wheelhouse), local
+# sandboxes (root's namespaces), a docker daemon, the e2b endpoint, a model. A test that uses none
+# of these fixtures, directly or through others, and is marked neither ``slow``, ``docker`` nor
+# ``isolating`` (it opens sandboxes of an isolating backend some other way) is marked ``quick``.
+NOT_QUICK = {
+    "bookworm_rootfs",
+    "wheelhouse",
+    "open_local",
+    "dockerd",
+    "e2b_endpoint",
+    "smollm2",
+    "mlflow_uri",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        heavy = NOT_QUICK.intersection(getattr(item, "fixturenames", ()))
+        kept_out = {"slow", "docker", "isolating"}.intersection(m.name for m in item.iter_markers())
+        if not heavy and not kept_out:
+            item.add_marker(pytest.mark.quick)
+
+
+@pytest.fixture(autouse=True)
+def _quick_means_no_namespaces(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """Keeps the quick tier honest: a quick test that opens a local sandbox in this process
+    fails, naming the marker it needs (``isolating``)."""
+    if request.node.get_closest_marker("quick") is None:
+        return
+    from sweflow.sandbox.local import backend as local
+
+    def refuse() -> Path:
+        raise AssertionError(
+            f"{request.node.nodeid} is in the quick tier but opens a local sandbox: mark it "
+            "pytest.mark.isolating (or give it a fixture of conftest.NOT_QUICK)"
+        )
+
+    monkeypatch.setattr(local, "nsinit_path", refuse)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """CI stops the job at 90 minutes: a slow test due to start later than
     ``$SWEFLOW_SLOW_UNTIL_MIN`` minutes after scripts/test.sh began (its set-up counted) is
@@ -42,8 +97,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if until and began and item.get_closest_marker("slow"):
         spent = (time.time() - float(began)) / 60
         if spent > float(until):
-            pytest.skip(f"slow test not started: the run is {spent:.0f} minutes in, past "
-                        f"SWEFLOW_SLOW_UNTIL_MIN={until}")  # fmt: skip
+            pytest.skip(
+                f"slow test not started: the run is {spent:.0f} minutes in, past "
+                f"SWEFLOW_SLOW_UNTIL_MIN={until}"
+            )
 
 
 @pytest.fixture(scope="session")
@@ -174,6 +231,21 @@ def open_local(open_backend):
 
 
 @pytest.fixture
+def scratch_spec():
+    """``scratch_spec(*layers, **kw)``: spec_for() on the host's own files (``/``, which the
+    scratch backend runs on and does not copy), for the scratch backend."""
+    return lambda *layers, **kw: spec_for(Path("/"), *layers, **kw)
+
+
+@pytest.fixture
+def scratch(scratch_spec, open_backend):
+    """``scratch(*layers, **kw)`` opens a scratch sandbox of ``layers`` on the host's own files
+    (no rootfs, root or namespaces; its workdir is where its ``spec.workdir`` says): for tests
+    about the agent, grading logic or plumbing, not about isolation. Closed after the test."""
+    return lambda *layers, **kw: open_backend(scratch_spec(*layers, **kw), "scratch")
+
+
+@pytest.fixture
 def local_sandbox(sandbox_spec, open_local):
     """An open local sandbox on the bookworm rootfs, workdir /testbed, default limits."""
     return open_local(sandbox_spec())
@@ -260,30 +332,44 @@ def dockerd():
 @pytest.fixture(scope="session")
 def grading_dataset(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
     """Load a dataset (specs.yaml beside it, repos/*.bundle) and build every instance, once per
-    dataset per session: ``grading_dataset(path) -> GradingData``."""
-    from sweflow.grading.dataset import GradingData
+    dataset per session: ``grading_dataset(path) -> (Dataset, its store)``."""
+    from sweflow.envcache.dataset import Dataset
 
-    loaded: dict[Path, GradingData] = {}
+    loaded: dict[Path, tuple[Dataset, Path]] = {}
 
-    def load(dataset: Path):
+    def load(dataset: Path) -> tuple[Dataset, Path]:
         dataset = dataset.resolve()
         if dataset not in loaded:
             store = tmp_path_factory.mktemp("grading-store")
-            data = GradingData.load(dataset, store, wheelhouse)
-            failed = [r for r in data.build() if r.status == "error"]
+            data = Dataset.load(dataset)
+            results = data.builder(store, wheelhouse=wheelhouse).build(data.rows)
+            failed = [r for r in results if r.status == "error"]
             assert not failed, [(r.instance_id, r.error) for r in failed]
-            loaded[dataset] = data
+            loaded[dataset] = data, store
         return loaded[dataset]
 
     return load
 
 
 @pytest.fixture(scope="session")
-def grading_data(grading_dataset):
-    """The dataset the grading tests run on: tests/data/envcache (SWE-bench rows of
-    more-itertools), or ``SWEFLOW_GRADING_DATASET`` (e.g. data/demo/tasks.jsonl)."""
+def grading_built(grading_dataset):
+    """The dataset the grading tests run on, built: (Dataset, store). tests/data/envcache
+    (SWE-bench rows of more-itertools), or ``SWEFLOW_GRADING_DATASET`` (e.g.
+    data/demo/tasks.jsonl)."""
     default = Path(__file__).parent / "data" / "envcache" / "instances.jsonl"
     return grading_dataset(Path(os.environ.get("SWEFLOW_GRADING_DATASET") or default))
+
+
+@pytest.fixture(scope="session")
+def grading_data(grading_built):
+    """The grading tests' dataset (``grading_built``), its every row built in ``grading_store``."""
+    return grading_built[0]
+
+
+@pytest.fixture(scope="session")
+def grading_store(grading_built) -> Path:
+    """The layer store holding ``grading_data``'s built instances."""
+    return grading_built[1]
 
 
 # -- models and golden trajectories for the training tests (tests/test_training_*.py) ----------
@@ -358,29 +444,43 @@ def tiny_smollm2(smollm2: Path) -> Path:
     return dest
 
 
+class Replays(NamedTuple):
+    """Three demo tasks built offline, one per project, and their replayed golden trajectories."""
+
+    data: Dataset  # the three tasks
+    store: Path  # their built environments
+    collected: Path  # the collect folder: sft.jsonl, trajectories/
+
+
 @pytest.fixture(scope="session")
-def demo_replays(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path):
+def demo_replays(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path) -> Replays:
     """Three demo tasks built offline, one per project, and their replayed golden trajectories
-    (text mode): ``(GradingData, collect folder with sft.jsonl)``."""
-    from sweflow.agent.jobs import replay_collect
-    from sweflow.grading.dataset import GradingData
+    (text mode)."""
+    from sweflow.agent.runs.jobs import replay_collect
+    from sweflow.envcache.dataset import Dataset
 
     demo = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
     store = tmp_path_factory.mktemp("replay-store")
-    data = GradingData.load(demo, store, wheelhouse)
-    data.instances = data.sample(9)  # three per project: the teacher declines a few tasks
-    assert not [r for r in data.build() if r.status == "error"]
-    tried = replay_collect(data.instances, store=store, specs=data.specs,
-                           out_dir=tmp_path_factory.mktemp("replays-tried"))  # fmt: skip
+    data = Dataset.load(demo)
+    rows = data.sample(9)  # three per project: the teacher declines a few tasks
+    assert not [
+        r for r in data.builder(store, wheelhouse=wheelhouse).build(rows) if r.status == "error"
+    ]
+    tried = replay_collect(
+        rows,
+        store=store,
+        specs=data.specs,
+        out_dir=tmp_path_factory.mktemp("replays-tried"),
+    )
     firsts: dict = {}  # repo -> its first task the teacher replays
-    for row in data.instances:
+    for row in rows:
         if row.instance_id not in tried.skipped:
             firsts.setdefault(row.repo, row)
-    data.instances = list(firsts.values())
+    data = replace(data, rows=list(firsts.values()))
     out = tmp_path_factory.mktemp("replays")
-    summary = replay_collect(data.instances, store=store, specs=data.specs, out_dir=out)
+    summary = replay_collect(data.rows, store=store, specs=data.specs, out_dir=out)
     assert summary.kept == 3, summary
-    return data, out
+    return Replays(data, store, out)
 
 
 @pytest.fixture(scope="session")
@@ -394,9 +494,14 @@ def rl_policy(tiny_smollm2: Path, demo_replays, tmp_path_factory) -> Path:
     from sweflow.training.sft.train import train_sft
 
     work = tmp_path_factory.mktemp("rl-policy")
-    sft = SFTConfig(epochs=3, learning_rate=1e-3, max_seq_len=1024, activation_checkpointing=False,
-                    overlength="truncate")  # fmt: skip
-    train_sft(demo_replays[1] / "sft.jsonl", tiny_smollm2, work, work / "model", sft)
+    sft = SFTConfig(
+        epochs=3,
+        learning_rate=1e-3,
+        max_seq_len=1024,
+        activation_checkpointing=False,
+        overlength="truncate",
+    )
+    train_sft(demo_replays.collected / "sft.jsonl", tiny_smollm2, work, work / "model", sft)
     return work / "model"
 
 
@@ -409,10 +514,13 @@ def rl_env(demo_replays):
     from sweflow.grading import Grader
     from sweflow.training.rl.trainer import episode_env
 
-    data = demo_replays[0]
-    grader = Grader(data.store, data.specs, tamper_guard=True)
-    return episode_env(LocalExecutor(data.store), grader, AgentConfig(tool_mode="text",
-                       max_steps=3), "local")  # fmt: skip
+    grader = Grader(demo_replays.store, demo_replays.data.specs, tamper_guard=True)
+    return episode_env(
+        LocalExecutor(demo_replays.store),
+        grader,
+        AgentConfig(tool_mode="text", max_steps=3),
+        "local",
+    )
 
 
 def trained_as_sampled(episode, encoder) -> None:
@@ -442,8 +550,9 @@ def trained_as_sampled(episode, encoder) -> None:
     seen = messages[2:last_reply]  # what came after the last reply never reached the policy
     observations = [m["content"] for m in seen if m["role"] == "user"]
     assert observations
-    framing = encoder.tokenizer.decode([t for t, m in zip(episode.response_ids, episode.mask,
-                                                          strict=True) if not m])  # fmt: skip
+    framing = encoder.tokenizer.decode(
+        [t for t, m in zip(episode.response_ids, episode.mask, strict=True) if not m]
+    )
     assert all(obs[:100] in framing for obs in observations)
 
 
@@ -452,7 +561,8 @@ def trained_as_sampled(episode, encoder) -> None:
 
 @pytest.fixture(scope="session")
 def e2b_endpoint(bookworm_rootfs: Path, tmp_path_factory):
-    """The endpoint's URL, exported to the e2b SDK (E2B_API_URL, E2B_SANDBOX_URL) meanwhile.
+    """The endpoint (its URL and API key), exported to the e2b SDK (E2B_API_URL,
+    E2B_SANDBOX_URL, E2B_API_KEY) meanwhile.
 
     Its `base` template is the bookworm rootfs; `layers:` templates may use the test cache, the
     base rootfs cache and the session's temporary directories (the contract suite's layers, the
@@ -465,5 +575,15 @@ def e2b_endpoint(bookworm_rootfs: Path, tmp_path_factory):
     from sweflow.paths import rootfs_cache
 
     roots = (cache_root(), rootfs_cache(), tmp_path_factory.getbasetemp())
-    with local_endpoint(bookworm_rootfs, log, roots) as url:
-        yield url
+    with local_endpoint(bookworm_rootfs, log, roots) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def mlflow_uri(tmp_path_factory) -> str:
+    """A real MLflow tracking server on loopback for the session (tests/tracking_servers.py):
+    its URI; stopped by its PID at the end."""
+    from tracking_servers import mlflow_server
+
+    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as uri:
+        yield uri

@@ -2,7 +2,7 @@
 through the tools (tools mode) or as a `git apply` (text mode); collect grades and keeps the
 runs, infer writes preds.json, and `sweflow eval` resolves it.
 
-The server is a real OpenAI-compatible HTTP server on 127.0.0.1 (sweflow.agent.scripted);
+The server is a real OpenAI-compatible HTTP server on 127.0.0.1 (sweflow.testing.scripted_model);
 environments are real more-itertools builds (tests/data/envcache), made offline.
 """
 
@@ -16,11 +16,11 @@ import pytest
 from typer.testing import CliRunner
 from unidiff import PatchSet
 
-from sweflow.agent.scripted import scripted_endpoint
-from sweflow.agent.scripted import tool_turn as call
 from sweflow.agent.trajectory import Trajectory
 from sweflow.cli import app
 from sweflow.instances import Instance, load_instances
+from sweflow.testing.scripted_model import scripted_endpoint
+from sweflow.testing.scripted_model import tool_turn as call
 
 DATA = Path(__file__).parent / "data" / "envcache"
 REPLAYED = ["more-itertools__more-itertools-1101", "more-itertools__more-itertools-1010"]
@@ -281,8 +281,20 @@ def test_collect_never_keeps_a_run_that_hacks_the_tests(rows, env_args, tmp_path
     for guard in ("--tamper-guard", "--no-tamper-guard"):
         out = tmp_path / guard
         with scripted_endpoint(script) as (url, _):
-            invoke(["collect", *env_args, *ids_args([REPLAYED[0]]), "--model-url", url,
-                    "--model", "scripted", "--out", str(out), guard])  # fmt: skip
+            invoke(
+                [
+                    "collect",
+                    *env_args,
+                    *ids_args([REPLAYED[0]]),
+                    "--model-url",
+                    url,
+                    "--model",
+                    "scripted",
+                    "--out",
+                    str(out),
+                    guard,
+                ]
+            )
         run = Trajectory.load(out / "trajectories" / REPLAYED[0] / "run-0.json")
         figures[guard] = (
             run.resolved,

@@ -1,4 +1,8 @@
-"""The agent loop on real sandboxes against a real (scripted) OpenAI-compatible HTTP server."""
+"""The agent loop on real sandboxes against a real (scripted) OpenAI-compatible HTTP server.
+
+The sandboxes are scratch ones (a real bash, git and python on the host's files, no rootfs or
+namespaces): what is tested is the loop, not isolation. Their workdir is a host path, so the
+scripted model names files under the sandbox's own ``spec.workdir``."""
 
 from __future__ import annotations
 
@@ -11,10 +15,10 @@ import pytest
 
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, run_agent
 from sweflow.agent.loop import REPEATED
-from sweflow.agent.scripted import scripted_endpoint
-from sweflow.agent.scripted import tool_turn as call
 from sweflow.agent.trajectory import Trajectory
 from sweflow.instances import Instance
+from sweflow.testing.scripted_model import scripted_endpoint
+from sweflow.testing.scripted_model import tool_turn as call
 
 ISSUE = "hello() should greet the world"
 
@@ -59,12 +63,12 @@ def run(url: str, sandbox, *, mode: str = "tools", **limits) -> Trajectory:
     return asyncio.run(go())
 
 
-def test_tool_calls_view_edit_insert_create_and_submit(
-    endpoint, sandbox_spec, git_layer, open_local
-):
+def test_tool_calls_view_edit_insert_create_and_submit(endpoint, scratch, git_layer):
+    sandbox = scratch(git_layer)
+    wd = sandbox.spec.workdir
     url, _ = endpoint(
         turns=[
-            call("str_replace_editor", command="view", path="/testbed/hello.py"),
+            call("str_replace_editor", command="view", path=f"{wd}/hello.py"),
             call(
                 "str_replace_editor",
                 command="str_replace",
@@ -75,18 +79,16 @@ def test_tool_calls_view_edit_insert_create_and_submit(
             call(
                 "str_replace_editor",
                 command="insert",
-                path="/testbed/hello.py",
+                path=f"{wd}/hello.py",
                 insert_line=0,
                 new_str='"""Greetings."""',
             ),
-            call(
-                "str_replace_editor", command="create", path="/testbed/NOTES.md", file_text="ok\n"
-            ),
+            call("str_replace_editor", command="create", path=f"{wd}/NOTES.md", file_text="ok\n"),
             call("bash", command="python3 -c 'import hello; print(hello.hello())'"),
             call("submit"),
         ]
     )
-    traj = run(url, open_local(sandbox_spec(git_layer)))
+    traj = run(url, sandbox)
     assert traj.exit_status == "submitted", traj.error
     assert [s.actions[0].tool for s in traj.steps] == ["str_replace_editor"] * 4 + [
         "bash",
@@ -110,59 +112,59 @@ def test_tool_calls_view_edit_insert_create_and_submit(
     assert all(s.model_s > 0 and s.step_s >= s.model_s for s in traj.steps)
 
 
-def test_editor_errors_go_back_to_the_model(endpoint, sandbox_spec, git_layer, open_local):
+def test_editor_errors_go_back_to_the_model(endpoint, scratch, git_layer):
+    sandbox = scratch(git_layer)
+    wd = sandbox.spec.workdir
     url, _ = endpoint(
         turns=[
             call(
                 "str_replace_editor",
                 command="str_replace",
-                path="/testbed/hello.py",
+                path=f"{wd}/hello.py",
                 old_str="nope",
                 new_str="x",
             ),
-            call("str_replace_editor", command="create", path="/testbed/hello.py", file_text="x"),
-            call("str_replace_editor", command="view", path="/testbed/hello.py", view_range=[5, 9]),
-            call("str_replace_editor", command="view", path="/testbed"),
-            call("str_replace_editor", command="view", path="/testbed/missing.py"),
-            call(
-                "str_replace_editor", command="view", path="/testbed/hello.py", view_range=[1, 500]
-            ),  # fmt: skip
-            call("str_replace_editor", command="view", path="/testbed/src/hello.py"),
+            call("str_replace_editor", command="create", path=f"{wd}/hello.py", file_text="x"),
+            call("str_replace_editor", command="view", path=f"{wd}/hello.py", view_range=[5, 9]),
+            call("str_replace_editor", command="view", path=wd),
+            call("str_replace_editor", command="view", path=f"{wd}/missing.py"),
+            call("str_replace_editor", command="view", path=f"{wd}/hello.py", view_range=[1, 500]),
+            call("str_replace_editor", command="view", path=f"{wd}/src/hello.py"),
             call(
                 "str_replace_editor",
                 command="create",
-                path="/testbed/pkg/sub/__init__.py",
+                path=f"{wd}/pkg/sub/__init__.py",
                 file_text="x = 1\n",
-            ),  # fmt: skip
+            ),
             call(
                 "str_replace_editor",
                 command="str_replace",
-                path="/testbed/pkg/sub.py",
+                path=f"{wd}/pkg/sub.py",
                 old_str="x = 1",
                 new_str="x = 2",
-            ),  # fmt: skip
+            ),
             {"tool_calls": [{"name": "rm_rf", "arguments": {}}]},
             call(
                 "str_replace_editor",
                 command="str_replace",
-                path="/testbed/hello.py",
+                path=f"{wd}/hello.py",
                 old_str="def hello():",
                 new_str="def hello():",
-            ),  # fmt: skip
+            ),
             call("submit"),
         ]
     )
-    traj = run(url, open_local(sandbox_spec(git_layer)))
+    traj = run(url, sandbox)
     obs = [s.actions[0].observation if s.actions else s.format_error for s in traj.steps]
     assert "not verbatim" in obs[0]
     assert "already exists" in obs[1]
     assert "outside the file" in obs[2]
-    assert "/testbed/hello.py" in obs[3] and "README.md" in obs[3]
+    assert f"{wd}/hello.py" in obs[3] and "README.md" in obs[3]
     assert "missing.py" in obs[4] and "Did you mean" not in obs[4]
     assert "     1\t" in obs[5] and "(the file ends at line" in obs[5]  # an end past it: to its end
     # a path that is not there: the files it may have meant (a module without its package...)
-    assert obs[6].endswith("Did you mean: /testbed/hello.py?")
-    assert obs[8].endswith("Did you mean: /testbed/pkg/sub/__init__.py?")  # (a package as a module)
+    assert obs[6].endswith(f"Did you mean: {wd}/hello.py?")
+    assert obs[8].endswith(f"Did you mean: {wd}/pkg/sub/__init__.py?")  # (a package as a module)
     assert "unknown tool 'rm_rf'" in obs[9]
     assert "new_str is the same as old_str" in obs[10]  # a line replaced by itself is no edit
     assert traj.messages[-2]["role"] == "tool"  # the bad call was answered too
@@ -170,7 +172,7 @@ def test_editor_errors_go_back_to_the_model(endpoint, sandbox_spec, git_layer, o
     assert traj.patch.count("diff --git") == 1 and "b/pkg/sub/__init__.py" in traj.patch
 
 
-def test_text_mode_parses_one_bash_block(endpoint, sandbox_spec, git_layer, open_local):
+def test_text_mode_parses_one_bash_block(endpoint, scratch, git_layer):
     url, _ = endpoint(
         turns=[
             text("I will just think about it."),
@@ -179,7 +181,7 @@ def test_text_mode_parses_one_bash_block(endpoint, sandbox_spec, git_layer, open
             bash_block("submit", "THOUGHT: done."),
         ]
     )
-    traj = run(url, open_local(sandbox_spec(git_layer)), mode="text")
+    traj = run(url, scratch(git_layer), mode="text")
     assert traj.exit_status == "submitted"
     assert "no bash code blocks" in traj.steps[0].format_error
     assert "found 2 bash code blocks" in traj.steps[1].format_error
@@ -189,24 +191,26 @@ def test_text_mode_parses_one_bash_block(endpoint, sandbox_spec, git_layer, open
     assert "+    return 'hi'" in traj.patch
 
 
-def test_text_mode_has_the_editor_as_a_command_line(endpoint, sandbox_spec, git_layer, open_local):
+def test_text_mode_has_the_editor_as_a_command_line(endpoint, scratch, git_layer):
     from sweflow.agent.actions import Action
 
+    sandbox = scratch(git_layer)
+    wd = sandbox.spec.workdir
     edit = {
         "command": "str_replace",
-        "path": "/testbed/hello.py",
+        "path": f"{wd}/hello.py",
         "old_str": "    return 'hello'\n",
         "new_str": '    return "it\'s $HOME"\n',
     }
     url, _ = endpoint(
         turns=[
-            bash_block("str_replace_editor view /testbed/hello.py --view_range '[1, 2]'"),
+            bash_block(f"str_replace_editor view {wd}/hello.py --view_range '[1, 2]'"),
             bash_block(Action("str_replace_editor", edit).command_line()),
-            bash_block("str_replace_editor view /testbed/hello.py --bogus 1"),
+            bash_block(f"str_replace_editor view {wd}/hello.py --bogus 1"),
             bash_block("submit"),
         ]
     )
-    traj = run(url, open_local(sandbox_spec(git_layer)), mode="text")
+    traj = run(url, sandbox, mode="text")
     assert traj.exit_status == "submitted", traj.error
     tools = [s.actions[0].tool if s.actions else None for s in traj.steps]
     assert tools == ["str_replace_editor", "str_replace_editor", None, "submit"]
@@ -216,14 +220,14 @@ def test_text_mode_has_the_editor_as_a_command_line(endpoint, sandbox_spec, git_
     assert '+    return "it\'s $HOME"' in traj.patch
 
 
-def test_three_format_errors_in_a_row_end_the_run(endpoint, sandbox_spec, git_layer, open_local):
+def test_three_format_errors_in_a_row_end_the_run(endpoint, scratch, git_layer):
     url, _ = endpoint(turns=[text("no idea")])
-    traj = run(url, open_local(sandbox_spec(git_layer)), mode="text")
+    traj = run(url, scratch(git_layer), mode="text")
     assert traj.exit_status == "format_error" and len(traj.steps) == 3
 
 
-def test_limits_end_runs_with_their_status(endpoint, sandbox_spec, git_layer, open_local):
-    sandbox = open_local(sandbox_spec(git_layer))
+def test_limits_end_runs_with_their_status(endpoint, scratch, git_layer):
+    sandbox = scratch(git_layer)
     url, _ = endpoint(turns=[call("bash", command="echo change >> hello.py; seq 1 100000")])
     steps = run(url, sandbox, max_steps=2, max_observation_chars=1000)
     assert steps.exit_status == "step_limit" and len(steps.steps) == 2
@@ -242,26 +246,34 @@ def test_limits_end_runs_with_their_status(endpoint, sandbox_spec, git_layer, op
     assert len(refused.steps) >= 1
 
 
-def test_a_repeated_reply_is_not_run_again_and_the_model_is_told(
-    endpoint, sandbox_spec, git_layer, open_local
-):
+def test_a_repeated_reply_is_not_run_again_and_the_model_is_told(endpoint, scratch, git_layer):
     """A small model repeats one action until its step limit (it has a side effect here)."""
     append = bash_block("echo again >> hello.py")
-    url, _ = endpoint(turns=[append, append, append, bash_block("echo once more >> hello.py"),
-                             bash_block("submit")])  # fmt: skip
-    guarded = run(url, open_local(sandbox_spec(git_layer)), mode="text")
+    url, _ = endpoint(
+        turns=[
+            append,
+            append,
+            append,
+            bash_block("echo once more >> hello.py"),
+            bash_block("submit"),
+        ]
+    )
+    guarded = run(url, scratch(git_layer), mode="text")
     assert guarded.exit_status == "submitted" and len(guarded.steps) == 5
     assert [s.actions[0].observation == REPEATED for s in guarded.steps[:4]] == [
-        False, True, True, False
-    ]  # fmt: skip
+        False,
+        True,
+        True,
+        False,
+    ]
     assert guarded.patch.count("+again") == 1 and "+once more" in guarded.patch
     assert sum(m["content"] == REPEATED for m in guarded.messages if m["role"] == "user") == 2
-    unguarded = run(url, open_local(sandbox_spec(git_layer)), mode="text", repeat_guard=False)
+    unguarded = run(url, scratch(git_layer), mode="text", repeat_guard=False)
     assert unguarded.patch.count("+again") == 3
 
 
-def test_command_and_wall_time_limits(endpoint, sandbox_spec, git_layer, open_local):
-    sandbox = open_local(sandbox_spec(git_layer))
+def test_command_and_wall_time_limits(endpoint, scratch, git_layer):
+    sandbox = scratch(git_layer)
     url, _ = endpoint(turns=[call("bash", command="sleep 30"), call("submit")])
     killed = run(url, sandbox, command_timeout_s=1)
     assert "was killed" in killed.steps[0].actions[0].observation
@@ -271,13 +283,13 @@ def test_command_and_wall_time_limits(endpoint, sandbox_spec, git_layer, open_lo
     assert timed.exit_status == "time_limit" and timed.wall_s < 4
 
 
-def test_unusable_endpoint_is_a_model_error(endpoint, sandbox_spec, git_layer, open_local):
+def test_unusable_endpoint_is_a_model_error(endpoint, scratch, git_layer):
     url, _ = endpoint(turns=[call("submit")])
-    traj = run(url.removesuffix("/v1") + "/nope", open_local(sandbox_spec(git_layer)))
+    traj = run(url.removesuffix("/v1") + "/nope", scratch(git_layer))
     assert traj.exit_status == "model_error" and "404" in traj.error
 
 
-def test_batch_outlives_a_server_restart_and_resumes(endpoint, sandbox_spec, git_layer, tmp_path):
+def test_batch_outlives_a_server_restart_and_resumes(endpoint, scratch_spec, git_layer, tmp_path):
     turns = [call("bash", command="echo more >> README.md"), call("submit")]
     url, proc = endpoint(turns=turns)
     port = int(url.rsplit(":", 1)[1].split("/")[0])
@@ -294,9 +306,10 @@ def test_batch_outlives_a_server_restart_and_resumes(endpoint, sandbox_spec, git
                 client,
                 AgentConfig(),
                 out,
-                lambda _row: sandbox_spec(git_layer),
+                lambda _row: scratch_spec(git_layer),
                 rollouts=2,
                 max_open_sandboxes=2,
+                backend="scratch",
                 on_done=lambda t, resumed: seen.append((t.instance_id, t.run, resumed)),
             ).run(rows)
         finally:

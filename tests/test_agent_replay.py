@@ -17,10 +17,10 @@ import pytest
 from unidiff import PatchSet
 
 from sweflow.agent import AgentConfig, Batch, run_agent
-from sweflow.agent.clues import names_path
-from sweflow.agent.imitable import imitability
-from sweflow.agent.jobs import collect, replay_collect
-from sweflow.agent.replay import (
+from sweflow.agent.runs.jobs import collect, replay_collect
+from sweflow.agent.teacher.clues import names_path
+from sweflow.agent.teacher.imitable import imitability
+from sweflow.agent.teacher.replay import (
     Check,
     ReplayModel,
     quiet,
@@ -37,14 +37,19 @@ BLOCK = (
     "    total = 0\n    a = 1\n    b = 2\n    c = 3\n"
     "    for x in xs:\n        total += x\n    return total\n"
 )
-GIT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-       "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
+GIT = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+}
 
 
 def git(repo: Path, *args: str) -> str:
     env = {**os.environ, **GIT}
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
-                          text=True).stdout  # fmt: skip
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
+    ).stdout
 
 
 @pytest.fixture
@@ -70,11 +75,16 @@ def twin_layer(tmp_path: Path) -> tuple[Path, str]:
 
 
 @pytest.mark.parametrize("mode", ["tools", "text"])
-def test_an_edit_that_is_not_unique_is_widened(sandbox_spec, open_local, twin_layer, mode):
+def test_an_edit_that_is_not_unique_is_widened(scratch, twin_layer, mode):
     layer, patch = twin_layer
-    row = Instance(instance_id="demo__calc-1", repo="demo/calc", base_commit="HEAD",
-                   problem_statement="second() must double", patch=patch)  # fmt: skip
-    sandbox = open_local(sandbox_spec(layer))
+    row = Instance(
+        instance_id="demo__calc-1",
+        repo="demo/calc",
+        base_commit="HEAD",
+        problem_statement="second() must double",
+        patch=patch,
+    )
+    sandbox = scratch(layer)
     model = ReplayModel(row, mode, Check("python3 -c 'import calc; print(calc.second([1, 2]))'"))
     traj = asyncio.run(run_agent(row, sandbox, model, AgentConfig(tool_mode=mode)))
     assert traj.exit_status == "submitted" and traj.source == "replay"
@@ -86,12 +96,10 @@ def test_an_edit_that_is_not_unique_is_widened(sandbox_spec, open_local, twin_la
     assert traj.patch == patch
     test_step = traj.steps[-2].actions[0]
     assert test_step.tool == "bash" and test_step.observation.strip() == "6"
-    assert traj.imitable is not None and traj.imitable.fraction == 1.0, traj.imitable
+    assert imitability(row.problem_statement, traj.steps, sandbox.spec.workdir).fraction == 1.0
 
 
-def test_the_issues_searches_go_in_its_order_and_views_are_plain_pages(
-    sandbox_spec, open_local, twin_layer
-) -> None:
+def test_the_issues_searches_go_in_its_order_and_views_are_plain_pages(scratch, twin_layer) -> None:
     """The first failing test's name defines nothing: the teacher still searches for it first
     (a student cannot know that beforehand), shows that nothing was found, and goes on to the
     next; its view is the page of 40 lines from the ``def`` line the hit names, not a range
@@ -101,9 +109,14 @@ def test_the_issues_searches_go_in_its_order_and_views_are_plain_pages(
         "- `tests/test_calc.py::test_totals`: AssertionError: 3 != 6\n"
         "- `tests/test_calc.py::test_second`: AssertionError: 3 != 6\n"
     )
-    row = Instance(instance_id="demo__calc-3", repo="demo/calc", base_commit="HEAD",
-                   problem_statement=issue, patch=patch)  # fmt: skip
-    sandbox = open_local(sandbox_spec(layer))
+    row = Instance(
+        instance_id="demo__calc-3",
+        repo="demo/calc",
+        base_commit="HEAD",
+        problem_statement=issue,
+        patch=patch,
+    )
+    sandbox = scratch(layer)
     model = ReplayModel(row, "text", Check("python3 -c 'import calc; print(calc.second([1, 2]))'"))
     traj = asyncio.run(run_agent(row, sandbox, model, AgentConfig(tool_mode="text")))
     assert traj.exit_status == "submitted" and traj.patch == patch
@@ -111,13 +124,12 @@ def test_the_issues_searches_go_in_its_order_and_views_are_plain_pages(
     assert missed.args["command"] == r"grep -rnE '(def|class) totals\b' --include='*.py' ."
     assert "./calc.py" not in missed.observation
     assert found.args["command"] == r"grep -rnE '(def|class) second\b' --include='*.py' ."
-    assert view.args["path"] == "/testbed/calc.py" and view.args["view_range"] == [11, 50]
-    assert traj.imitable is not None and traj.imitable.fraction == 1.0, traj.imitable
+    assert view.args["path"] == f"{sandbox.spec.workdir}/calc.py"
+    assert view.args["view_range"] == [11, 50]
+    assert imitability(row.problem_statement, traj.steps, sandbox.spec.workdir).fraction == 1.0
 
 
-def test_a_tracebacks_frames_are_read_from_where_it_ends_upwards(
-    sandbox_spec, open_local, tmp_path
-) -> None:
+def test_a_tracebacks_frames_are_read_from_where_it_ends_upwards(scratch, tmp_path) -> None:
     """The reproduction's traceback ends in ``check``, far below ``total``, which holds the bug:
     the teacher reads the frame it ends in first and then the one above, as a student would (it
     cannot know which frame holds the bug), not straight the frame the fix goes in."""
@@ -137,9 +149,14 @@ def test_a_tracebacks_frames_are_read_from_where_it_ends_upwards(
     patch = git(repo, "diff")
     git(repo, "checkout", "-q", "--", "calc.py")
     issue = "Totals fail:\n\n```python\nfrom calc import total\ntotal([1, 2])\n```\n"
-    row = Instance(instance_id="demo__calc-5", repo="demo/calc", base_commit="HEAD",
-                   problem_statement=issue, patch=patch)  # fmt: skip
-    sandbox = open_local(sandbox_spec(tmp_path / "layer"))
+    row = Instance(
+        instance_id="demo__calc-5",
+        repo="demo/calc",
+        base_commit="HEAD",
+        problem_statement=issue,
+        patch=patch,
+    )
+    sandbox = scratch(tmp_path / "layer")
     model = ReplayModel(row, "text", Check("python3 -c 'import calc; print(calc.total([1]))'"))
     traj = asyncio.run(run_agent(row, sandbox, model, AgentConfig(tool_mode="text")))
     assert traj.exit_status == "submitted" and traj.patch == patch
@@ -149,28 +166,33 @@ def test_a_tracebacks_frames_are_read_from_where_it_ends_upwards(
     assert "The traceback ends in `check`" in traj.steps[1].thought
     assert above.args["view_range"][0] == 1 and "t -= x" in above.observation
     assert "Next up the traceback: `total`" in traj.steps[2].thought
-    assert traj.imitable is not None and traj.imitable.fraction == 1.0, traj.imitable
+    assert imitability(row.problem_statement, traj.steps, sandbox.spec.workdir).fraction == 1.0
 
 
-def _student_run(sandbox_spec, open_local, layer: Path, row: Instance, commands: list[str]):
-    """The agent's run of a scripted student that replies ``commands`` in turn."""
+def _student_run(scratch, layer: Path, row: Instance, commands: list[str]):
+    """The agent's run of a scripted student that replies ``commands`` in turn (/testbed in
+    them is the sandbox's workdir): (the run, that workdir)."""
     from sweflow.agent import ModelClient, ModelConfig
-    from sweflow.agent.scripted import scripted_endpoint
+    from sweflow.testing.scripted_model import scripted_endpoint
 
+    sandbox = scratch(layer)
+    wd = sandbox.spec.workdir
     script = layer.parent / "student.json"
-    turns = [{"content": f"THOUGHT: next.\n\n```bash\n{c}\n```"} for c in commands]
+    turns = [
+        {"content": f"THOUGHT: next.\n\n```bash\n{c.replace('/testbed', wd)}\n```"}
+        for c in commands
+    ]
     script.write_text(json.dumps({"default": turns, "scripts": []}))
 
     async def go(url: str) -> Trajectory:
         client = ModelClient(ModelConfig(base_url=url, model="student", retry_budget_s=5))
         try:
-            sandbox = open_local(sandbox_spec(layer))
             return await run_agent(row, sandbox, client, AgentConfig(tool_mode="text"))
         finally:
             await client.close()
 
     with scripted_endpoint(script, port=0) as (url, _):
-        return asyncio.run(go(url))
+        return asyncio.run(go(url)), wd
 
 
 STUDENT_VIEW = "str_replace_editor view /testbed/calc.py --view_range '[1, 40]'"
@@ -181,21 +203,26 @@ STUDENT_EDIT = "str_replace_editor str_replace /testbed/calc.py --old_str 'a = 1
 def calc_task(twin_layer) -> tuple[Path, Instance]:
     layer, patch = twin_layer
     issue = "- `tests/test_calc.py::test_totals`: AssertionError: 3 != 6\n- `test_second` too\n"
-    row = Instance(instance_id="demo__calc-4", repo="demo/calc", base_commit="HEAD",
-                   problem_statement=issue, patch=patch)  # fmt: skip
+    row = Instance(
+        instance_id="demo__calc-4",
+        repo="demo/calc",
+        base_commit="HEAD",
+        problem_statement=issue,
+        patch=patch,
+    )
     return layer, row
 
 
-def _corrections_of(run: Trajectory, layer: Path, row: Instance) -> list[dict]:
-    from sweflow.agent.corrections import corrections
-    from sweflow.agent.source_map import SourceMap
+def _corrections_of(run: Trajectory, layer: Path, row: Instance, workdir: str) -> list[dict]:
+    from sweflow.agent.teacher.corrections import corrections
+    from sweflow.agent.teacher.source_map import SourceMap
 
     source = SourceMap({"calc.py": (layer / "testbed" / "calc.py").read_text()})
-    return corrections(run, row, source, "/testbed")
+    return corrections(run, row, source, workdir)
 
 
 def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
-    sandbox_spec, open_local, calc_task
+    scratch, calc_task
 ) -> None:
     """DAgger: a (scripted) student's run, labelled by the teacher. Where the student did what
     the teacher would (its first search), nothing is kept; where it did not, the conversation
@@ -210,14 +237,19 @@ def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
         STUDENT_EDIT,
         "submit",
     ]
-    run = _student_run(sandbox_spec, open_local, layer, row, student)
+    run, wd = _student_run(scratch, layer, row, student)
     assert [s.actions[0].args.get("command", "submit")[:4] for s in run.steps] == [
-        "grep", "cat ", "view", "str_", "subm"]  # fmt: skip
-    records = _corrections_of(run, layer, row)
+        "grep",
+        "cat ",
+        "view",
+        "str_",
+        "subm",
+    ]
+    records = _corrections_of(run, layer, row, wd)
     replies = [r["messages"][-1]["content"] for r in records]
     assert len(records) == 3, replies
     assert all("grep -rnE '(def|class) second\\b'" in reply for reply in replies[:2])
-    assert "str_replace_editor str_replace /testbed/calc.py" in replies[2]
+    assert f"str_replace_editor str_replace {wd}/calc.py" in replies[2]
     assert "total += 2 * x" in replies[2]
     for record in records:
         context = record["messages"][:-1]
@@ -228,7 +260,7 @@ def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
 
 
 def test_a_student_that_repeats_itself_is_corrected_at_the_repeat_and_no_further(
-    sandbox_spec, open_local, calc_task
+    scratch, calc_task
 ) -> None:
     """A student that comes back to an action it took before (here ``cat``, then ``ls``, then
     ``cat`` again, which the repeat guard does not catch: it compares a reply with the one
@@ -237,22 +269,25 @@ def test_a_student_that_repeats_itself_is_corrected_at_the_repeat_and_no_further
     the full learning run's model to loop)."""
     layer, row = calc_task
     student = ["cat calc.py", "ls", "cat calc.py", STUDENT_VIEW, STUDENT_EDIT, "submit"]
-    run = _student_run(sandbox_spec, open_local, layer, row, student)
-    records = _corrections_of(run, layer, row)
+    run, wd = _student_run(scratch, layer, row, student)
+    records = _corrections_of(run, layer, row, wd)
     assert len(records) == 3, [r["messages"][-1]["content"] for r in records]
     repeated = [m["content"] for m in records[-1]["messages"] if m["role"] == "assistant"]
     assert len(repeated) == 3 and "cat calc.py" not in repeated[-1]
 
 
-def test_a_replay_longer_than_the_agents_step_limit_is_declined(
-    sandbox_spec, open_local, twin_layer
-) -> None:
+def test_a_replay_longer_than_the_agents_step_limit_is_declined(scratch, twin_layer) -> None:
     """Cut by ``max_steps``, a replay would be kept without its submit (a golden run that
     teaches running out of steps): the teacher declines at the last step instead."""
     layer, patch = twin_layer
-    row = Instance(instance_id="demo__calc-5", repo="demo/calc", base_commit="HEAD",
-                   problem_statement="second() must double", patch=patch)  # fmt: skip
-    sandbox = open_local(sandbox_spec(layer))
+    row = Instance(
+        instance_id="demo__calc-5",
+        repo="demo/calc",
+        base_commit="HEAD",
+        problem_statement="second() must double",
+        patch=patch,
+    )
+    sandbox = scratch(layer)
     model = ReplayModel(row, "text", Check("true"), max_steps=3)
     traj = asyncio.run(run_agent(row, sandbox, model, AgentConfig(tool_mode="text", max_steps=3)))
     assert traj.exit_status == "declined" and len(traj.steps) == 2, traj.exit_status
@@ -260,11 +295,16 @@ def test_a_replay_longer_than_the_agents_step_limit_is_declined(
 
 
 def test_a_task_no_clue_leads_to_is_declined_with_its_reason(
-    sandbox_spec, twin_layer, tmp_path
+    scratch_spec, twin_layer, tmp_path
 ) -> None:
     layer, patch = twin_layer
-    row = Instance(instance_id="demo__calc-2", repo="demo/calc", base_commit="HEAD",
-                   problem_statement="The totals are wrong.", patch=patch)  # fmt: skip
+    row = Instance(
+        instance_id="demo__calc-2",
+        repo="demo/calc",
+        base_commit="HEAD",
+        problem_statement="The totals are wrong.",
+        patch=patch,
+    )
     graded = []
 
     async def grade(instance: Instance, patch: str) -> dict:
@@ -273,8 +313,15 @@ def test_a_task_no_clue_leads_to_is_declined_with_its_reason(
 
     client_for, skipped = replay_clients([row], "text", None)
     agent = AgentConfig(tool_mode="text")
-    batch = Batch(client=None, client_for=client_for, agent=agent, out_dir=tmp_path,
-                  spec_for=lambda _: sandbox_spec(layer), grade=grade)  # fmt: skip
+    batch = Batch(
+        client=None,
+        client_for=client_for,
+        agent=agent,
+        out_dir=tmp_path,
+        spec_for=lambda _: scratch_spec(layer),
+        backend="scratch",
+        grade=grade,
+    )
     summary = asyncio.run(collect([row], batch))
     assert skipped == {} and graded == [] and summary.kept == 0
     why = summary.skipped["demo__calc-2"]
@@ -292,8 +339,11 @@ def test_imitability_holds_each_step_to_what_was_seen_before_it() -> None:
 
     def act(command: str, observation: str = "", **args: object) -> ActionRecord:
         if command.startswith(("view", "str_replace")):
-            return ActionRecord(tool="str_replace_editor", args={"command": command, **args},
-                                observation=observation)  # fmt: skip
+            return ActionRecord(
+                tool="str_replace_editor",
+                args={"command": command, **args},
+                observation=observation,
+            )
         return ActionRecord(tool="bash", args={"command": command}, observation=observation)
 
     steps = [
@@ -306,8 +356,9 @@ def test_imitability_holds_each_step_to_what_was_seen_before_it() -> None:
         act("python -m pytest -q"),  # names no file: not checked
         ActionRecord(tool="submit"),
     ]
-    result = imitability(issue, [StepRecord(index=i, actions=[a]) for i, a in enumerate(steps)],
-                         "/testbed")  # fmt: skip
+    result = imitability(
+        issue, [StepRecord(index=i, actions=[a]) for i, a in enumerate(steps)], "/testbed"
+    )
     assert (result.checked, result.grounded) == (6, 3)
     assert result.ungrounded == [
         "step 0: view parse.py: not named before",
@@ -320,12 +371,22 @@ def test_imitability_holds_each_step_to_what_was_seen_before_it() -> None:
 
 def test_rows_whose_gold_patch_cannot_be_read_are_named_and_skipped() -> None:
     rows = [
-        Instance(instance_id="ok-1", repo="r", base_commit="HEAD", problem_statement="p",
-                 patch="--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"),
+        Instance(
+            instance_id="ok-1",
+            repo="r",
+            base_commit="HEAD",
+            problem_statement="p",
+            patch="--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
+        ),
         Instance(instance_id="empty-1", repo="r", base_commit="HEAD", problem_statement="p"),
-        Instance(instance_id="bad-1", repo="r", base_commit="HEAD", problem_statement="p",
-                 patch="--- a/x\n+++ b/x\n@@ -1,5 +1 @@\n-a\n"),
-    ]  # fmt: skip
+        Instance(
+            instance_id="bad-1",
+            repo="r",
+            base_commit="HEAD",
+            problem_statement="p",
+            patch="--- a/x\n+++ b/x\n@@ -1,5 +1 @@\n-a\n",
+        ),
+    ]
     _, skipped = replay_clients(rows, "text", None)
     assert set(skipped) == {"empty-1", "bad-1"}
     assert "empty-1: its gold patch is empty" in skipped["empty-1"]
@@ -338,8 +399,14 @@ def test_the_test_step_runs_the_visible_failing_tests_it_knows_of_quietly() -> N
         "--- /dev/null\n+++ b/tests/test_new.py\n@@ -0,0 +1 @@\n+x = 1\n"
     )
     failing = ["tests/test_old.py::test_a", "tests/test_new.py::test_b"]
-    row = Instance(instance_id="r-1", repo="r", base_commit="HEAD", problem_statement="p",
-                   test_patch=test_patch, FAIL_TO_PASS=failing)  # fmt: skip
+    row = Instance(
+        instance_id="r-1",
+        repo="r",
+        base_commit="HEAD",
+        problem_statement="p",
+        test_patch=test_patch,
+        FAIL_TO_PASS=failing,
+    )
     check = replay_check(row, "pytest -rA -p no:cacheprovider")
     assert check == Check("pytest -p no:cacheprovider -q --tb=short", ("tests/test_old.py",))
     named = "the test `tests/test_old.py::test_a` fails"
@@ -357,10 +424,11 @@ def test_every_demo_replay_is_imitable_and_resolves(grading_dataset, tmp_path, m
     """Every view, edit and run of each kept replay rests on the issue or an earlier observation
     (the old oracle's first step, a view of the gold file at the gold line, did not), every task
     is either resolved or declined with its reason, and nothing is kept that is not resolved."""
-    data = grading_dataset(DEMO)
-    rows = {row.instance_id: row for row in data.instances}
-    summary = replay_collect(list(rows.values()), store=data.store, specs=data.specs,
-                             out_dir=tmp_path, tool_mode=mode)  # fmt: skip
+    data, store = grading_dataset(DEMO)
+    rows = {row.instance_id: row for row in data.rows}
+    summary = replay_collect(
+        list(rows.values()), store=store, specs=data.specs, out_dir=tmp_path, tool_mode=mode
+    )
     assert summary.runs == len(rows) == summary.kept + len(summary.skipped)
     assert summary.kept >= 30 and summary.imitable_fraction == 1.0, summary
     for instance_id, row in rows.items():
@@ -403,8 +471,11 @@ def test_an_edit_is_the_changed_lines_widened_only_until_unique() -> None:
 def _diff(name: str, before: str, after: str):
     import difflib
 
-    text = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
-                                        f"a/{name}", f"b/{name}"))  # fmt: skip
+    text = "".join(
+        difflib.unified_diff(
+            before.splitlines(True), after.splitlines(True), f"a/{name}", f"b/{name}"
+        )
+    )
     return PatchSet(text)[0][0]
 
 
@@ -417,14 +488,24 @@ def test_sweflow_correct_writes_the_corrections_of_a_runs_folder(
 
     from sweflow.cli import app
 
-    data, gold = demo_replays
+    gold = demo_replays.collected
     golden = Trajectory.load(next((gold / "trajectories").glob("*/run-0.json")))
     student = golden.model_copy(deep=True)
     student.steps[0].actions = [ActionRecord(tool="bash", args={"command": "ls"}, observation="")]
     runs = tmp_path / "student"
     student.save(runs / "trajectories" / student.instance_id / "run-0.json")
-    argv = ["correct", str(runs), "-d", str(DEMO), "-s", str(data.store),
-            "--wheelhouse", str(wheelhouse), "-o", str(tmp_path / "out")]  # fmt: skip
+    argv = [
+        "correct",
+        str(runs),
+        "-d",
+        str(DEMO),
+        "-s",
+        str(demo_replays.store),
+        "--wheelhouse",
+        str(wheelhouse),
+        "-o",
+        str(tmp_path / "out"),
+    ]
     result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "corrections" in result.output and "sweflow correct" in result.output
@@ -442,23 +523,23 @@ def test_corrections_of_runs_on_built_tasks_read_each_tasks_source(demo_replays,
     first state, the teacher's own first step (read from the task's sandbox), and is written
     as SFT data; the teacher's own golden runs get no correction; a run of a task the dataset
     does not have is refused by name."""
-    from sweflow.agent.jobs import replay_corrections
-    from sweflow.agent.replay import ReplayError
+    from sweflow.agent.runs.jobs import replay_corrections
+    from sweflow.agent.teacher.replay import ReplayError
 
-    data, gold = demo_replays
+    store, gold = demo_replays.store, demo_replays.collected
     golden = Trajectory.load(next((gold / "trajectories").glob("*/run-0.json")))
     student = golden.model_copy(deep=True)
     student.steps[0].actions = [ActionRecord(tool="bash", args={"command": "ls"}, observation="")]
     out = tmp_path / "corrections.jsonl"
-    rows = data.instances
-    assert replay_corrections([student], rows, store=data.store, out=out) >= 1
+    rows = demo_replays.data.rows
+    assert replay_corrections([student], rows, store=store, out=out) >= 1
     first = json.loads(out.read_text().splitlines()[0])
     assert first["instance_id"] == golden.instance_id and first["source"] == "correction"
     teacher = next(m for m in golden.messages if m["role"] == "assistant")
     assert first["messages"][-1] == teacher
     teachers = [Trajectory.load(p) for p in sorted((gold / "trajectories").glob("*/run-0.json"))]
-    assert replay_corrections(teachers, rows, store=data.store, out=out) == 0
+    assert replay_corrections(teachers, rows, store=store, out=out) == 0
     assert out.read_text() == ""  # the teacher's own runs, run as the student, need none
     stranger = golden.model_copy(update={"instance_id": "nobody__nothing-1"})
     with pytest.raises(ReplayError, match="nobody__nothing-1"):
-        replay_corrections([stranger], rows, store=data.store, out=out)
+        replay_corrections([stranger], rows, store=store, out=out)

@@ -20,21 +20,37 @@ def lint(root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(LINT)], cwd=root, capture_output=True, text=True, timeout=300)
 
 
-def test_an_import_running_back_up_is_refused(tmp_path: Path) -> None:
+def lint_with_import(tmp_path: Path, module: str, imported: str) -> str:
+    """import-linter's report on a copy of the library whose ``module`` (a path under
+    sweflow/) also imports ``imported``."""
     shutil.copytree(ROOT / "sweflow", tmp_path / "sweflow")
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    spec = tmp_path / "sweflow" / "sandbox" / "spec.py"
-    spec.write_text(spec.read_text() + "\nimport sweflow.grading  # noqa\n")
+    source = tmp_path / "sweflow" / module
+    source.write_text(source.read_text() + f"\nimport {imported}  # noqa\n")
     result = lint(tmp_path)
     assert result.returncode != 0, result.stdout
-    assert "sweflow.sandbox is not allowed to import sweflow.grading" in result.stdout
-    assert "sweflow.sandbox.spec -> sweflow.grading" in result.stdout
+    return result.stdout
+
+
+def test_an_import_running_back_up_is_refused(tmp_path: Path) -> None:
+    report = lint_with_import(tmp_path, "sandbox/spec.py", "sweflow.grading")
+    assert "sweflow.sandbox is not allowed to import sweflow.grading" in report
+    assert "sweflow.sandbox.spec -> sweflow.grading" in report
+
+
+def test_the_agent_loop_importing_its_teacher_is_refused(tmp_path: Path) -> None:
+    """The loop knows neither the replay teacher nor the batch runner: a teacher reaches it
+    through the model protocol, imitability is judged where runs are collected."""
+    report = lint_with_import(tmp_path, "agent/loop.py", "sweflow.agent.teacher.imitable")
+    assert "the agent loop knows neither its teacher nor its runs BROKEN" in report
+    assert "sweflow.agent.loop is not allowed to import sweflow.agent.teacher" in report
 
 
 def test_the_library_keeps_its_floors() -> None:
     result = lint(ROOT)
     assert result.returncode == 0, result.stdout[-4000:]
     assert "imports run downward only KEPT" in result.stdout
+    assert "the agent loop knows neither its teacher nor its runs KEPT" in result.stdout
     assert "the library never imports Prefect KEPT" in result.stdout
 
 
@@ -53,10 +69,21 @@ def test_no_script_or_folder_shadows_an_installed_module() -> None:
     script imports; the repository root's packages (flows, tasks) are on the path of every stage."""
     names = {p.stem: p for d in ("benchmarks", "scripts") for p in (ROOT / d).glob("*.py")}
     names |= {p.name: p for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
-    probe = ("import importlib.util as u, json, sys; "
-             "print(json.dumps({n: bool(u.find_spec(n)) for n in sys.argv[1:]}))")  # fmt: skip
-    found = subprocess.run([sys.executable, "-c", probe, *sorted(names)], cwd="/", check=True,
-                           capture_output=True, text=True, env={"PATH": "/bin"})  # fmt: skip
-    shadowing = [str(names[n].relative_to(ROOT)) for n, taken in json.loads(found.stdout).items()
-                 if taken and n != "sweflow"]  # fmt: skip
+    probe = (
+        "import importlib.util as u, json, sys; "
+        "print(json.dumps({n: bool(u.find_spec(n)) for n in sys.argv[1:]}))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe, *sorted(names)],
+        cwd="/",
+        check=True,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/bin"},
+    )
+    shadowing = [
+        str(names[n].relative_to(ROOT))
+        for n, taken in json.loads(found.stdout).items()
+        if taken and n != "sweflow"
+    ]
     assert not shadowing, f"rename these: an installed module has the same name: {shadowing}"

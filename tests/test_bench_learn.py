@@ -32,12 +32,11 @@ def test_without_a_split_the_demo_holds_out_toolz(tmp_path: Path) -> None:
 def test_the_teacher_declines_routes_longer_than_the_students_step_limit(demo_replays, tmp_path):
     """The bench's teacher keeps only routes the student can finish in its own step limit (a
     route cut by the limit would teach running out of steps)."""
-    from sweflow.agent.jobs import replay_collect
+    from sweflow.agent.runs.jobs import replay_collect
 
-    data, _ = demo_replays
-    short = replay_collect(data.instances, store=data.store, specs=data.specs,
-                           out_dir=tmp_path, max_steps=3)  # fmt: skip
-    assert short.kept == 0 and set(short.skipped) == {r.instance_id for r in data.instances}
+    data, store = demo_replays.data, demo_replays.store
+    short = replay_collect(data.rows, store=store, specs=data.specs, out_dir=tmp_path, max_steps=3)
+    assert short.kept == 0 and set(short.skipped) == {r.instance_id for r in data.rows}
     assert all("more than the agent's 3 steps" in why for why in short.skipped.values())
 
 
@@ -46,32 +45,65 @@ def test_another_seed_is_another_sample_of_the_fine_tune_and_a_bad_one_is_refuse
     windows SFT keeps, their order) samples the trained model again; it is checked up front."""
     from typer.testing import CliRunner
 
-    from sweflow.bench.learn import FULL, sft_config
+    from sweflow.bench.learn import FULL, load_plan, sft_config
     from sweflow.cli.main import app
 
-    assert sft_config(FULL, 0).seed == 0 and sft_config(FULL, 3).seed == 3
-    assert sft_config(FULL, 3).max_steps_per_epoch == FULL.sft_steps_per_epoch
-    assert sft_config(FULL, 3).max_sequences == FULL.sft_sequences
+    full = load_plan(FULL)
+    assert sft_config(full, 0).seed == 0 and sft_config(full, 3).seed == 3
+    assert sft_config(full, 3).max_steps_per_epoch == full.sft_steps_per_epoch
+    assert sft_config(full, 3).max_sequences == full.sft_sequences
     refused = CliRunner().invoke(app, ["bench", "learn", "--json", "--seed", "-1"])
     assert refused.exit_code == 2 and "--seed" in refused.output
+
+
+def test_a_plan_is_a_yaml_file_and_a_wrong_one_is_refused_naming_its_field(tmp_path) -> None:
+    """The shipped plans load (the quick one smaller in every count), and ``--plan FILE`` with
+    a misspelt key or a count of 0 is refused before any work, naming the file and the field."""
+    from typer.testing import CliRunner
+
+    from sweflow.bench.learn import FULL, QUICK, load_plan
+    from sweflow.cli.main import app
+    from sweflow.errors import ConfigError
+
+    full, quick = load_plan(FULL), load_plan(QUICK)
+    assert quick.train_tasks == 48 and full.train_tasks is None  # None: every train task
+    assert quick.rl_steps < full.rl_steps and quick.overfit_samples < full.overfit_samples
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(FULL.read_text().replace("sft_epochs: 3", "sft_epoch: 3"))
+    with pytest.raises(ConfigError, match=r"plan\.yaml: sft_epochs: Field required; sft_epoch: "):
+        load_plan(plan)
+    plan.write_text(FULL.read_text().replace("rl_steps: 4", "rl_steps: 0"))
+    for dry in ([], ["--dry-run"]):  # refused before its work starts: a dry run refuses it too
+        refused = CliRunner().invoke(app, [*dry, "bench", "learn", "--json", "--plan", str(plan)])
+        assert refused.exit_code != 0 and "rl_steps" in refused.output, refused.output
+    checked = CliRunner().invoke(app, ["--dry-run", "bench", "learn", "--plan", str(QUICK)])
+    assert checked.exit_code == 0 and "would collect golden" in checked.output, checked.output
 
 
 def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
     """The table takes every funnel step from what the run scores produce, per model."""
     from rich.console import Console
 
-    from sweflow.agent.scores import FUNNEL, RunScore, rates
-    from sweflow.cli.bench import print_learn_report
+    from sweflow.agent.runs.scores import FUNNEL, RunScore, rates
+    from sweflow.cli.bench_measures import print_learn_report
 
     sft = [RunScore(replies=4, valid_replies=3, right_file=True, edited=True), RunScore(replies=2)]
     report = {
-        "heldout_tasks": 2, "heldout_repos": ["pypi/toolz"], "train_tasks": 9, "golden_kept": 5,
-        "imitable_fraction": 1.0, "seed": 1, "minutes": 3.5, "run_dir": "runs/x",
+        "heldout_tasks": 2,
+        "heldout_repos": ["pypi/toolz"],
+        "train_tasks": 9,
+        "golden_kept": 5,
+        "imitable_fraction": 1.0,
+        "seed": 1,
+        "minutes": 3.5,
+        "run_dir": "runs/x",
         "sft": {"steps": 7, "loss_first": 1.5, "loss_last": 0.25},
-        "heldout": {"base": rates([RunScore(replies=3)] * 2).as_dict(),
-                    "sft": rates(sft).as_dict()},
+        "heldout": {
+            "base": rates([RunScore(replies=3)] * 2).as_dict(),
+            "sft": rates(sft).as_dict(),
+        },
         "rl_overfit": {"note": "no train task is resolved sometimes by the SFT model"},
-    }  # fmt: skip
+    }
     console = Console(record=True, width=200)
     print_learn_report(report, console)
     text = console.export_text()
@@ -122,22 +154,30 @@ def test_the_rl_check_reports_the_runs_behind_its_rates() -> None:
 
     from sweflow.agent.trajectory import Trajectory
     from sweflow.bench.learn import _sampled
-    from sweflow.cli.bench import print_learn_report
+    from sweflow.cli.bench_measures import print_learn_report
 
     def runs(resolved: int, of: int) -> list[Trajectory]:
-        return [Trajectory(instance_id="t", run=k, reward={"resolved": k < resolved})
-                for k in range(of)]  # fmt: skip
+        return [
+            Trajectory(instance_id="t", run=k, reward={"resolved": k < resolved}) for k in range(of)
+        ]
 
     before, after = _sampled("before", runs(0, 16)), _sampled("after", runs(4, 16))
     assert before == {"resolve_before": 0.0, "resolved_before": "0 of 16"}
     assert after == {"resolve_after": 0.25, "resolved_after": "4 of 16"}
     assert _sampled("before", []) == {"resolve_before": None}
     report = {
-        "heldout_tasks": 1, "heldout_repos": ["pypi/toolz"], "train_tasks": 1, "golden_kept": 1,
-        "imitable_fraction": 1.0, "seed": 0, "minutes": 1.0, "run_dir": "runs/x",
-        "sft": {"steps": 1, "loss_first": None, "loss_last": None}, "heldout": {},
+        "heldout_tasks": 1,
+        "heldout_repos": ["pypi/toolz"],
+        "train_tasks": 1,
+        "golden_kept": 1,
+        "imitable_fraction": 1.0,
+        "seed": 0,
+        "minutes": 1.0,
+        "run_dir": "runs/x",
+        "sft": {"steps": 1, "loss_first": None, "loss_last": None},
+        "heldout": {},
         "rl_overfit": {"steps": 6, "tasks": ["t"], "samples_per_task": 16, **before, **after},
-    }  # fmt: skip
+    }
     console = Console(record=True, width=200)
     print_learn_report(report, console)
     assert "resolve rate 0.0 -> 0.25 (0 of 16 -> 4 of 16 resolved; 16 samples each)" in (
@@ -149,7 +189,7 @@ def test_a_stage_whose_runs_are_all_saved_serves_no_model(tmp_path: Path) -> Non
     """A continued run reads the stages it finished: their models are not started again (a
     vLLM start costs minutes on a CPU); a run left to do, or one an infrastructure failure
     ended, asks for the server, which then starts."""
-    from sweflow.agent.batch import trajectory_path
+    from sweflow.agent.runs.batch import trajectory_path
     from sweflow.agent.trajectory import Trajectory
     from sweflow.bench.learn_runs import runs_left, served_model
     from sweflow.serving import ServeError
@@ -187,9 +227,13 @@ def test_a_run_with_other_rl_settings_starts_from_the_earlier_runs_first_stages(
     runs = tmp_path / "runs"
     first = {"dataset": "d", "seed": 0, "plan": {"sft_epochs": 3, "rl_steps": 6}}
     earlier = open_run_folder(runs, first, RESULT, BEFORE_RL, _before_rl).path
-    for name, text in (("gold/trajectories/t.json", "{}"), ("sft/model/w.safetensors", "w"),
-                       ("sft/checkpoints/epoch_0/w.bin", "c"), ("sft/vllm.log", "served\n"),
-                       ("rl/model/w.safetensors", "rl")):  # fmt: skip
+    for name, text in (
+        ("gold/trajectories/t.json", "{}"),
+        ("sft/model/w.safetensors", "w"),
+        ("sft/checkpoints/epoch_0/w.bin", "c"),
+        ("sft/vllm.log", "served\n"),
+        ("rl/model/w.safetensors", "rl"),
+    ):
         (earlier / name).parent.mkdir(parents=True, exist_ok=True)
         (earlier / name).write_text(text)
     (earlier / RESULT).write_text("{}")  # finished: its stages still serve a later run

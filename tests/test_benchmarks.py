@@ -27,6 +27,7 @@ NOT_QUICK = {
     "sft": "4 trainings of SmolLM2-135M (torchtune and TRL, twice each): over 20 min",
     "rl": "4 GRPO steps of SmolLM2-135M, 4 episodes each: over 20 min",
     "learn": "golden trajectories, SFT, GRPO, then vLLM serving three models in turn: hours",
+    "tts": "vLLM's start on the CPU, 12 SmolLM2 runs, their gradings and selections: ~15 min",
 }
 
 
@@ -55,8 +56,13 @@ def test_one_script_per_benchmark_and_each_documented() -> None:
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
 def test_every_script_answers_help_run_as_the_readme_says(script: Path) -> None:
     name = RENAMED.get(script.stem, script.stem)
-    done = subprocess.run([sys.executable, f"benchmarks/{script.name}", "--help"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, f"benchmarks/{script.name}", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"Usage: sweflow bench {name} [OPTIONS]" in done.stdout, done.stdout
     assert "--quick" in done.stdout
@@ -68,8 +74,13 @@ QUICK = sorted(_bench_names() - set(NOT_QUICK))
 @pytest.mark.slow
 @pytest.mark.parametrize("name", QUICK)
 def test_the_quick_run_prints_its_documented_keys(name: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "sweflow.cli", "bench", name, "--json", "--quick"],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "sweflow.cli", "bench", name, "--json", "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout)
     missing = [key for key in _documented_keys()[name] if key not in report]

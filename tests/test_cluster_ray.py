@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -25,13 +26,14 @@ from sweflow.cluster.environments import (  # noqa: E402
     build_instances,
     validate_instances,
 )
+from sweflow.cluster.executors import make_executor  # noqa: E402
 from sweflow.cluster.local import LocalExecutor  # noqa: E402
 from sweflow.cluster.local_cluster import LocalCluster  # noqa: E402
 from sweflow.cluster.ray_executor import ClusterError, RayExecutor  # noqa: E402
 from sweflow.envcache.builder import BuildOptions, BuildResult  # noqa: E402
+from sweflow.envcache.dataset import Dataset  # noqa: E402
 from sweflow.envcache.store import LayerStore  # noqa: E402
 from sweflow.envcache.validate import Validation, write_outputs  # noqa: E402
-from sweflow.grading.dataset import GradingData  # noqa: E402
 from sweflow.grading.evaluate import RunSummary, evaluate  # noqa: E402
 from sweflow.grading.predictions import gold_predictions  # noqa: E402
 from sweflow.grading.reward import Grader  # noqa: E402
@@ -108,24 +110,35 @@ def cluster(tmp_path_factory, bookworm_rootfs):
         ray.shutdown()  # this process's driver, before its nodes go
 
 
+class Demo(NamedTuple):
+    data: Dataset
+    instances: list[Instance]  # four tasks from the three repositories
+    wheelhouse: Path
+
+
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory, wheelhouse):
-    """Four demo tasks from the three repositories; options point at a fresh store."""
-    data = GradingData.load(DEMO, tmp_path_factory.mktemp("unused-store"), wheelhouse)
-    return data, data.sample(4)
+def demo(wheelhouse) -> Demo:
+    data = Dataset.load(DEMO)
+    return Demo(data, data.sample(4), wheelhouse)
 
 
-def _options(data: GradingData, store: Path):
-    return data.builder.options.model_copy(update={"store": store, "max_workers": 3})
+def _options(demo: Demo, store: Path) -> BuildOptions:
+    """The demo's build options on ``store``, three builds at once."""
+    return demo.data.build_options(store, wheelhouse=demo.wheelhouse, max_workers=3)
 
 
 def test_a_ray_run_leaves_the_reports_of_a_local_run(cluster, demo, tmp_path: Path) -> None:
-    data, instances = demo
+    data, instances = demo.data, demo.instances
     local_store, ray_store = tmp_path / "local-store", tmp_path / "ray-store"
-    local = run_slice(LocalExecutor(local_store), data.specs, _options(data, local_store),
-                      instances, tmp_path / "local")  # fmt: skip
+    local = run_slice(
+        LocalExecutor(local_store),
+        data.specs,
+        _options(demo, local_store),
+        instances,
+        tmp_path / "local",
+    )
     executor = RayExecutor(address=cluster.address, store=ray_store)
-    on_ray = run_slice(executor, data.specs, _options(data, ray_store), instances, tmp_path / "ray")
+    on_ray = run_slice(executor, data.specs, _options(demo, ray_store), instances, tmp_path / "ray")
 
     assert [r.status for r in local.built] == [r.status for r in on_ray.built] == ["built"] * 4
     assert all(r.layers for r in on_ray.built)  # (pip installs are not bit-reproducible)
@@ -143,18 +156,22 @@ def test_a_ray_run_leaves_the_reports_of_a_local_run(cluster, demo, tmp_path: Pa
 
 def test_layers_move_between_nodes_by_digest(cluster, demo, tmp_path: Path) -> None:
     """An instance built on one node is validated on the other: its layers are fetched."""
-    data, instances = demo
+    data, instances = demo.data, demo.instances
     executor = RayExecutor(address=cluster.address, store=tmp_path / "store")
     head, second = (LayerStore(node.store) for node in cluster.nodes)
-    only_head = [i for i in instances if head.has_instance(i.instance_id)
-                 and not second.has_instance(i.instance_id)]  # fmt: skip
+    only_head = [
+        i
+        for i in instances
+        if head.has_instance(i.instance_id) and not second.has_instance(i.instance_id)
+    ]
     if not only_head:  # every instance of the first test landed on both: build a new one
         extra = data.sample(5)[4]
-        build_on_head = BuildWork(data.specs, _options(data, head.root))
-        build_on_head.ensure(extra, LocalExecutor(head.root).node)
+        build_on_head = BuildWork(data.specs, _options(demo, head.root))
+        with build_on_head.ensured(extra, LocalExecutor(head.root).node):
+            pass
         only_head = [extra]
     target = only_head[0]
-    work = ValidateWork(BuildWork(data.specs, _options(data, tmp_path / "store")))
+    work = ValidateWork(BuildWork(data.specs, _options(demo, tmp_path / "store")))
     for _ in range(3):  # until the task lands on the second node (it takes 1 of 3 slots)
         validate_instances(executor, work, [target, target, target], tmp_path / "logs")
         if second.has_instance(target.instance_id):
@@ -169,10 +186,10 @@ def test_layers_move_between_nodes_by_digest(cluster, demo, tmp_path: Path) -> N
 
 
 def test_a_node_dying_mid_run_has_its_work_retried(cluster, demo, tmp_path: Path) -> None:
-    data, instances = demo
+    data, instances = demo.data, demo.instances
     victim = cluster.add_node("victim", slots=1)
     executor = RayExecutor(address=cluster.address, store=tmp_path / "store", max_retries=2)
-    work = ValidateWork(BuildWork(data.specs, _options(data, tmp_path / "store")), runs=3)
+    work = ValidateWork(BuildWork(data.specs, _options(demo, tmp_path / "store")), runs=3)
     results: list = []
     runner = threading.Thread(
         target=lambda: results.extend(
@@ -194,8 +211,7 @@ def test_a_node_dying_mid_run_has_its_work_retried(cluster, demo, tmp_path: Path
     backend_class("local").collect_garbage()  # the killed node's sandboxes, on this same host
     assert [r.outcome for r in results] == ["valid"] * len(instances)
     retried = executor.retries()
-    assert retried and all(r.nodes[0] == "victim" and "victim" not in r.nodes[1:]
-                           for r in retried)  # fmt: skip
+    assert retried and all(r.nodes[0] == "victim" and "victim" not in r.nodes[1:] for r in retried)
     for instance in instances:  # each instance's logs once, from the run that finished
         logs = sorted(p.name for p in (tmp_path / "logs" / instance.instance_id).iterdir())
         runs = [f"{kind}-{n}.log" for kind in ("base", "gold") for n in (1, 2, 3)]
@@ -210,11 +226,17 @@ def test_an_address_that_does_not_answer_is_an_error_within_seconds(tmp_path: Pa
 
 
 def test_work_no_node_can_take_waits_then_fails(cluster, demo, tmp_path: Path) -> None:
-    data, instances = demo
-    lines: list[str] = []
-    executor = RayExecutor(tmp_path, address=cluster.address, slots_per_task=64,
-                           wait_timeout_s=8, notify=lines.append)  # fmt: skip
-    build = BuildWork(data.specs, _options(data, tmp_path))
+    data, instances = demo.data, demo.instances
+    lines: list[str] = []  # the registry hands Ray the CLI's notify
+    executor = make_executor(
+        "ray",
+        tmp_path,
+        address=cluster.address,
+        slots_per_task=64,
+        wait_timeout_s=8,
+        notify=lines.append,
+    )
+    build = BuildWork(data.specs, _options(demo, tmp_path))
     with pytest.raises(ClusterError, match=r"waited \d+ s and none could start.*64 sweflow_slot"):
         executor.map(build, instances[:1], [tmp_path], keys=["x"], max_workers=1)
     assert any("waiting for a node" in line for line in lines)
@@ -228,21 +250,20 @@ def test_the_pipeline_stages_run_on_the_cluster(cluster, demo, tmp_path: Path) -
     from sweflow.pipeline.registry import BY_NAME
     from sweflow.pipeline.stages.common import StageContext, bring_instances
 
-    data, instances = demo
+    instances = demo.instances
     config = PipelineConfig(
         run_dir=tmp_path / "run",
         dataset={"path": DEMO, "instances": [i.instance_id for i in instances[:2]]},
-        envs={"wheelhouse": data.builder.options.wheelhouse},
-        executor="ray",
-        ray={"address": cluster.address},
+        envs={"wheelhouse": demo.wheelhouse},
+        executor={"name": "ray", "ray": {"address": cluster.address}},
         collect={"teacher": "replay", "rollouts": 2},
         agent={"tool_mode": "text"},
     )
     lines: list[str] = []
     built = BY_NAME["build_envs"].function()(
-        StageContext(config, {}, lambda *a: lines.append(a[2]))
+        StageContext(config, {}, lambda what, *_: lines.append(what))
     )
-    ctx = StageContext(config, {"build_envs": built.to_dict()}, lambda *a: lines.append(a[2]))
+    ctx = StageContext(config, {"build_envs": built.to_dict()}, lambda what, *_: lines.append(what))
     validated = BY_NAME["validate_envs"].function()(ctx)
     assert validated.counts == {"valid": 2}
     for result in (built, validated):
@@ -252,7 +273,7 @@ def test_the_pipeline_stages_run_on_the_cluster(cluster, demo, tmp_path: Path) -
     names = {node.name for node in cluster.nodes}
     assert all(any(f"({name})" in line for name in names) for line in lines), lines
     upstream = {"build_envs": built.to_dict(), "validate_envs": validated.to_dict()}
-    ctx = StageContext(config, upstream, lambda *a: lines.append(a[2]))
+    ctx = StageContext(config, upstream, lambda what, *_: lines.append(what))
     collected = BY_NAME["collect_trajectories"].function()(ctx)  # the runs are Ray tasks
     # the imitable teacher declines a task no clue leads to (cachetools here): each run it does
     # submit resolves
@@ -269,24 +290,37 @@ def test_agent_runs_on_the_cluster_leave_the_files_of_a_local_run(
     cluster, demo, tmp_path: Path
 ) -> None:
     """``collect`` (the replay teacher, two runs a task) and ``infer`` (a scripted model on
-    loopback) with ``--ray``: each run, and its grading, a Ray task on a node's own store. The
-    files, figures and predictions are a local run's; a re-run resumes without sending work."""
+    loopback) with ``--executor ray:ADDRESS``: each run, and its grading, a Ray task on a node's
+    own store. The files, figures and predictions are a local run's; a re-run resumes without
+    sending work."""
     import json
 
     from typer.testing import CliRunner
 
-    from sweflow.agent.scripted import scripted_endpoint
     from sweflow.agent.trajectory import Trajectory
     from sweflow.cli import app
+    from sweflow.testing.scripted_model import scripted_endpoint
 
-    data, instances = demo
+    instances = demo.instances
     rows = [arg for i in instances for arg in ("-i", i.instance_id)]
 
     def run(command: str, name: str, *extra: str) -> Path:
         out = tmp_path / command / name
-        args = [command, "-d", str(DEMO), "-s", str(tmp_path / f"{name}-store"), *rows,
-                "--wheelhouse", str(data.builder.options.wheelhouse), "--tool-mode", "text",
-                "-o", str(out), *extra]  # fmt: skip
+        args = [
+            command,
+            "-d",
+            str(DEMO),
+            "-s",
+            str(tmp_path / f"{name}-store"),
+            *rows,
+            "--wheelhouse",
+            str(demo.wheelhouse),
+            "--tool-mode",
+            "text",
+            "-o",
+            str(out),
+            *extra,
+        ]
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output + repr(result.exception)
         return out
@@ -294,7 +328,7 @@ def test_agent_runs_on_the_cluster_leave_the_files_of_a_local_run(
     replay = ("--teacher", "replay", "-k", "2")
     local, on_ray = (
         run("collect", "local", *replay),
-        run("collect", "ray", *replay, "--ray", cluster.address),
+        run("collect", "ray", *replay, "--executor", f"ray:{cluster.address}"),
     )
 
     def figures(out: Path) -> dict:
@@ -311,7 +345,7 @@ def test_agent_runs_on_the_cluster_leave_the_files_of_a_local_run(
     assert not LayerStore(tmp_path / "ray-store").instance_ids(), "the nodes' own stores are used"
 
     stamps = {p: p.stat().st_mtime_ns for p in (on_ray / "trajectories").rglob("*.json")}
-    again = run("collect", "ray", *replay, "--ray", cluster.address)
+    again = run("collect", "ray", *replay, "--executor", f"ray:{cluster.address}")
     assert {p: p.stat().st_mtime_ns for p in (again / "trajectories").rglob("*.json")} == stamps
 
     script = tmp_path / "script.json"  # every run submits at once: an empty patch
@@ -320,7 +354,7 @@ def test_agent_runs_on_the_cluster_leave_the_files_of_a_local_run(
         model = ("--model-url", url, "--model", "scripted")
         local, on_ray = (
             run("infer", "local", *model),
-            run("infer", "ray", *model, "--ray", cluster.address),
+            run("infer", "ray", *model, "--executor", f"ray:{cluster.address}"),
         )
     assert (on_ray / "preds.json").read_bytes() == (local / "preds.json").read_bytes()
     assert _names(on_ray) == _names(local)
@@ -329,27 +363,32 @@ def test_agent_runs_on_the_cluster_leave_the_files_of_a_local_run(
 def _names(folder: Path) -> list[str]:
     """The files under ``folder``, a grading's time-stamped folder name as ``<stamp>``."""
     names = [p.relative_to(folder).parts for p in folder.rglob("*") if p.is_file()]
-    return sorted("/".join(("<stamp>" if n[0] == "grading" and i == 2 else part)
-                           for i, part in enumerate(n)) for n in names)  # fmt: skip
+    return sorted(
+        "/".join(("<stamp>" if n[0] == "grading" and i == 2 else part) for i, part in enumerate(n))
+        for n in names
+    )
 
 
 def test_synthesis_tries_candidates_on_the_cluster(
     cluster, parse_repo: Path, wheelhouse: Path, tmp_path: Path
 ) -> None:
-    """``sweflow synth --ray``: candidates and the final check are Ray tasks, each node on its
-    own store (the clean environment brought from a peer or built there); the tasks written
-    are a local run's, byte for byte."""
+    """``sweflow synth`` on a Ray executor: candidates and the final check are Ray tasks, each
+    node on its own store (the clean environment brought from a peer or built there); the tasks
+    written are a local run's, byte for byte."""
     from sweflow.synth.config import SynthConfig
     from sweflow.synth.synthesize import Synthesizer
 
     def synthesize(name: str, executor=None) -> Path:
         config = SynthConfig(
             sources=[{"source": str(parse_repo), "repo": "pypi/parse", "version": "1.20.2"}],
-            out=tmp_path / name / "tasks.jsonl", seed=5, max_tasks=2,
+            out=tmp_path / name / "tasks.jsonl",
+            seed=5,
+            max_tasks=2,
             operators=["remove_conditional", "negate_condition", "change_operator"],
-        )  # fmt: skip
-        Synthesizer(config, tmp_path / f"{name}-work", wheelhouse=wheelhouse,
-                    executor=executor).run()  # fmt: skip
+        )
+        Synthesizer(
+            config, tmp_path / f"{name}-work", wheelhouse=wheelhouse, executor=executor
+        ).run()
         return config.out
 
     local = synthesize("local")
@@ -363,9 +402,9 @@ def test_synthesis_tries_candidates_on_the_cluster(
 def _built_on_nodes(cluster, demo, tmp_path: Path) -> RayExecutor:
     """A Ray executor whose nodes hold the demo slice (built there, or found)."""
 
-    data, instances = demo
+    data, instances = demo.data, demo.instances
     executor = RayExecutor(address=cluster.address, store=tmp_path / "store")
-    built = build_instances(executor, BuildWork(data.specs, _options(data, tmp_path)), instances)
+    built = build_instances(executor, BuildWork(data.specs, _options(demo, tmp_path)), instances)
     assert {r.status for r in built} <= {"built", "cached"}
     return executor
 
@@ -376,7 +415,7 @@ def test_a_sandbox_on_a_node_keeps_the_sandbox_protocol(cluster, demo, tmp_path:
     from sweflow.sandbox import SandboxFileError, SandboxStartError
 
     executor = _built_on_nodes(cluster, demo, tmp_path)
-    instance = demo[1][0]
+    instance = demo.instances[0]
     with executor.open_sandbox(instance.instance_id, "local") as sandbox:
         assert sandbox.spec.workdir == "/testbed"
         assert sandbox.exec("cd /tmp && export X=1").ok
@@ -411,10 +450,14 @@ def test_rl_episodes_run_their_sandboxes_and_gradings_on_the_nodes(
     from sweflow.training.rl.episode import run_episode
     from sweflow.training.rl.trainer import episode_env
 
-    data, instances = demo
+    data, instances = demo.data, demo.instances
     executor = _built_on_nodes(cluster, demo, tmp_path)
-    env = episode_env(executor, Grader(tmp_path / "store", data.specs),
-                      AgentConfig(tool_mode="text", max_steps=3), "local")  # fmt: skip
+    env = episode_env(
+        executor,
+        Grader(tmp_path / "store", data.specs),
+        AgentConfig(tool_mode="text", max_steps=3),
+        "local",
+    )
     encoder = ChatEncoder(tiny_smollm2)
     eos = encoder.tokenizer.eos_token_id
 

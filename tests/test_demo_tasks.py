@@ -11,11 +11,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_synth_history import HISTORY, assert_tells_nothing, clean_objects
 
 from sweflow.envcache.builder import BuildOptions, EnvBuilder
 from sweflow.envcache.validate import validate
 from sweflow.harness.specs import load_specs
 from sweflow.instances import Instance, load_instances
+from sweflow.sandbox import open_sandbox
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 
@@ -84,7 +86,7 @@ def test_every_task_commit_hides_its_tests_and_the_patches_apply(
             assert applied.returncode == 0, f"{task.instance_id}: {applied.stderr}"
 
 
-def _validate(tasks: list[Instance], store: Path, wheelhouse: Path, logs: Path) -> None:
+def _validate(tasks: list[Instance], store: Path, wheelhouse: Path, logs: Path) -> EnvBuilder:
     options = BuildOptions(store=store, repo_mirror=DEMO / "repos", wheelhouse=wheelhouse)
     builder = EnvBuilder(load_specs(DEMO / "specs.yaml"), options)
     built = builder.build(tasks)
@@ -93,13 +95,22 @@ def _validate(tasks: list[Instance], store: Path, wheelhouse: Path, logs: Path) 
     outcomes = validate(prepared, logs, timeout=300)
     bad = [f"{v.instance_id}: {v.outcome} ({v.reason})" for v in outcomes if v.outcome != "valid"]
     assert not bad
+    return builder
 
 
 def test_one_task_per_project_validates_from_the_dataset_folder(
-    tasks, tmp_path: Path, wheelhouse: Path, bookworm_rootfs: Path
+    tasks, clones: dict[str, Path], tmp_path: Path, wheelhouse: Path, bookworm_rootfs: Path
 ) -> None:
+    """And its sandbox's git history tells nothing of the bug (tests/test_synth_history.py
+    asks the same of every task's export)."""
     firsts = list({t.repo: t for t in reversed(tasks)}.values())
-    _validate(firsts, tmp_path / "store", wheelhouse, tmp_path / "logs")
+    builder = _validate(firsts, tmp_path / "store", wheelhouse, tmp_path / "logs")
+    for task in firsts:
+        with open_sandbox(builder.sandbox_spec(task.instance_id)) as sandbox:
+            sandbox.write("/tmp/history.sh", HISTORY)
+            seen = sandbox.exec("bash /tmp/history.sh /testbed", timeout=60)
+        assert seen.exit_code == 0, seen.output
+        assert_tells_nothing(seen.output, task, clean_objects(clones[task.repo], task))
 
 
 @pytest.mark.slow

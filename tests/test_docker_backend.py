@@ -380,8 +380,9 @@ def test_a_daemon_whose_owner_was_killed_is_stopped_by_the_next_start(tmp_path: 
         "    print(host, flush=True)\n    time.sleep(600)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
-    owner = subprocess.Popen([sys.executable, "-c", owner_code], stdout=subprocess.PIPE,
-                             text=True, env=env)  # fmt: skip
+    owner = subprocess.Popen(
+        [sys.executable, "-c", owner_code], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         first = owner.stdout.readline().strip()  # type: ignore[union-attr]
         pid_text, started_text, run_dir = (tmp_path / "data.daemon").read_text().split()

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
-def spec(bookworm_rootfs: Path, e2b_endpoint: str) -> SandboxSpec:
+def spec(bookworm_rootfs: Path, e2b_endpoint) -> SandboxSpec:
     return SandboxSpec(layers=[bookworm_rootfs], workdir="/tmp")
 
 
@@ -95,6 +95,17 @@ def test_what_a_cloud_cannot_do_is_refused(spec: SandboxSpec, tmp_path: Path) ->
         E2BSandbox(spec.model_copy(update={"layers": [Path("/")]}))
 
 
+def test_the_key_is_sent_and_without_one_nothing_is_asked(
+    spec: SandboxSpec, e2b_endpoint, monkeypatch
+) -> None:
+    monkeypatch.setenv("E2B_API_KEY", e2b_endpoint.key[::-1])
+    with pytest.raises(SandboxStartError, match="401"):
+        E2BSandbox(spec)
+    monkeypatch.delenv("E2B_API_KEY")
+    with pytest.raises(SandboxConfigError, match="E2B_API_KEY is unset.*serve-e2b"):
+        E2BSandbox(spec)
+
+
 def test_layers_outside_the_endpoints_roots_are_refused(spec: SandboxSpec) -> None:
     with pytest.raises(SandboxStartError, match="--layers-from"):
         E2BSandbox(spec.model_copy(update={"layers": [Path("/etc")]}))
@@ -125,7 +136,7 @@ def test_the_cloud_timeout_is_renewed_while_in_use(spec: SandboxSpec, monkeypatc
         sandbox.close()
 
 
-def test_gc_kills_the_sandboxes_of_owners_that_are_gone(e2b_endpoint: str) -> None:
+def test_gc_kills_the_sandboxes_of_owners_that_are_gone(e2b_endpoint) -> None:
     dead = f"{socket.gethostname()}:{2**22 + 7}:1"  # no such pid
     orphan = e2b.Sandbox.create(timeout=60, metadata={OWNER_KEY: dead})
     mine = e2b.Sandbox.create(timeout=60, metadata={OWNER_KEY: owner_id()})

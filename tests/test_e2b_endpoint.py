@@ -27,14 +27,14 @@ from e2b import (  # noqa: E402
     Template,
 )
 
-from sweflow.e2b_endpoint.launch import start_endpoint, stop_endpoint  # noqa: E402
+from sweflow.e2b_endpoint.launch import Endpoint, start_endpoint, stop_endpoint  # noqa: E402
 from sweflow.sandbox.local.state import state_dir  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
-def endpoint(e2b_endpoint: str) -> str:
+def endpoint(e2b_endpoint: Endpoint) -> Endpoint:
     return e2b_endpoint
 
 
@@ -72,7 +72,7 @@ def test_lifecycle_list_metadata_timeout_kill(endpoint) -> None:
 
 
 def test_an_unknown_template_is_named(endpoint) -> None:
-    with pytest.raises(SandboxException, match="404: template 'no-such-template' is neither"):
+    with pytest.raises(SandboxException, match="404: template 'no-such-template' is none of"):
         Sandbox.create("no-such-template")
 
 
@@ -89,8 +89,9 @@ def test_a_sandbox_past_its_timeout_is_closed(endpoint) -> None:
 
 # -- commands -------------------------------------------------------------------------------------
 def test_run_streams_stdout_and_stderr_apart_with_cwd_env_and_exit_codes(sbx) -> None:
-    result = sbx.commands.run("echo out; echo err >&2; pwd; echo $GREETING",
-                              cwd="/tmp", envs={"GREETING": "hi there"})  # fmt: skip
+    result = sbx.commands.run(
+        "echo out; echo err >&2; pwd; echo $GREETING", cwd="/tmp", envs={"GREETING": "hi there"}
+    )
     assert result.stdout == "out\n/tmp\nhi there\n" and result.stderr == "err\n"
     assert result.exit_code == 0
     with pytest.raises(CommandExitException) as failed:
@@ -150,8 +151,12 @@ def test_files_round_trip_list_stat_move_remove(sbx) -> None:
     )
     assert sbx.commands.run("cat /work/a.txt /work/b.txt").stdout == "AB"
     names = {(e.path, e.type.value) for e in sbx.files.list("/work", depth=2)}
-    assert names == {("/work/a.txt", "file"), ("/work/b.txt", "file"), ("/work/data", "dir"),
-                     ("/work/data/blob.bin", "file")}  # fmt: skip
+    assert names == {
+        ("/work/a.txt", "file"),
+        ("/work/b.txt", "file"),
+        ("/work/data", "dir"),
+        ("/work/data/blob.bin", "file"),
+    }
     info = sbx.files.get_info("/work/data/blob.bin")
     assert info.size == len(blob) and info.owner == "root" and info.permissions.startswith("-rw")
     assert sbx.files.make_dir("/work/new/deeper") and not sbx.files.make_dir("/work/new/deeper")
@@ -202,12 +207,13 @@ def test_async_sdk_runs_sandboxes_concurrently(endpoint) -> None:
 
 
 def test_ctrl_c_closes_every_sandbox(bookworm_rootfs, tmp_path, monkeypatch) -> None:
-    proc, url = start_endpoint(bookworm_rootfs, tmp_path / "endpoint.log")
+    started = start_endpoint(bookworm_rootfs, tmp_path / "endpoint.log")
+    proc = started.proc
     try:
         before = set(os.listdir(state_dir())) if state_dir().is_dir() else set()
-        monkeypatch.setenv("E2B_API_URL", url)
-        monkeypatch.setenv("E2B_SANDBOX_URL", url)
-        monkeypatch.setenv("E2B_API_KEY", "local")
+        monkeypatch.setenv("E2B_API_URL", started.url)
+        monkeypatch.setenv("E2B_SANDBOX_URL", started.url)
+        monkeypatch.setenv("E2B_API_KEY", started.key)
         sandboxes = [Sandbox.create(timeout=60) for _ in range(2)]
         runner = threading.Thread(
             target=lambda: sandboxes[0].commands.run("sleep 100", background=True), daemon=True
@@ -238,9 +244,12 @@ def test_a_template_built_with_the_sdk_opens_with_its_files_env_and_workdir(
     )
     logs: list[str] = []
     Template.build(
-        template, "sweflow-test-tool", cpu_count=2, memory_mb=512,
+        template,
+        "sweflow-test-tool",
+        cpu_count=2,
+        memory_mb=512,
         on_build_logs=lambda entry: logs.append(entry.message),
-    )  # fmt: skip
+    )
     assert Template.exists("sweflow-test-tool") and not Template.exists("no-such-template")
     assert any("is ready" in line for line in logs)
     sandbox = Sandbox.create("sweflow-test-tool", timeout=60)

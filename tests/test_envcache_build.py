@@ -98,8 +98,9 @@ def test_one_bad_instance_does_not_stop_the_others(builder, built, instances) ->
     results = {r.instance_id: r for r in builder.build([missing, instances[1], no_spec])}
     assert results[instances[1].instance_id].status == "cached"
     assert results["bad-commit"].status == "error" and "0" * 40 in results["bad-commit"].error
-    assert "BUILD ERROR" in Path(results["bad-commit"].log_path).read_text()
+    assert not results["bad-commit"].log_path  # the mirror lacks it: refused before building
     assert results["bad-version"].status == "error" and "9.9" in results["bad-version"].error
+    assert "BUILD ERROR" in Path(results["bad-version"].log_path).read_text()
     assert not list(builder.store.tmp.glob("upper*"))  # the failed layer's upper went at once
 
 
@@ -175,8 +176,11 @@ def test_instances_store_the_files_their_commits_share_once(builder, built, inst
     store, and each checkout's index still matches it by stat (git re-hashes nothing)."""
     first, second = (builder.store.read_manifest(i.instance_id).layers[2] for i in instances[:2])
     a, b = (builder.store.layers / layer.digest / "testbed" for layer in (first, second))
-    rels = [p.relative_to(a) for p in a.rglob("*")
-            if p.is_file() and p.stat().st_size and ".git" not in p.parts]  # fmt: skip
+    rels = [
+        p.relative_to(a)
+        for p in a.rglob("*")
+        if p.is_file() and p.stat().st_size and ".git" not in p.parts
+    ]
     same = [r for r in rels if (b / r).is_file() and (b / r).read_bytes() == (a / r).read_bytes()]
     assert len(same) > 3
     assert all((a / rel).stat().st_ino == (b / rel).stat().st_ino for rel in same)
@@ -195,8 +199,10 @@ def test_environments_of_the_same_packages_share_their_files(builder, built, ins
     spec = spec.model_copy(update={"pre_install": [*spec.pre_install, "echo other > /opt/other"]})
     other = EnvBuilder(SpecTable({REPO: {row.version: spec}}), builder.options)
     assert [r.status for r in other.build([row])] == ["built"]
-    envs = [builder.store.read_manifest(iid).layers[1] for iid in
-            (instances[0].instance_id, row.instance_id)]  # fmt: skip
+    envs = [
+        builder.store.read_manifest(iid).layers[1]
+        for iid in (instances[0].instance_id, row.instance_id)
+    ]
     assert envs[0].digest != envs[1].digest
     site = "venv/lib/python3.11/site-packages/_pytest"
     roots = [builder.store.layers / env.digest for env in envs]
@@ -231,10 +237,12 @@ def test_built_layers_hold_no_apt_caches_and_installs_draw_the_same_temp_names(
     (Cython writes pip's build-environment path into what it compiles), and the seed is gone
     from the layers: a sandbox's Python draws random names again."""
     spec = builder.specs.get(REPO, instances[0].version)
-    spec = spec.model_copy(update={
-        "pre_install": [*spec.pre_install, _FAKE_APT],
-        "install": f"{spec.install} && {_TEMP_NAME} > temp-name.txt",
-    })  # fmt: skip
+    spec = spec.model_copy(
+        update={
+            "pre_install": [*spec.pre_install, _FAKE_APT],
+            "install": f"{spec.install} && {_TEMP_NAME} > temp-name.txt",
+        }
+    )
     rows = [i.model_copy(update={"instance_id": f"seeded-{i.instance_id}"}) for i in instances[:2]]
     other = EnvBuilder(SpecTable({REPO: {rows[0].version: spec}}), builder.options)
     assert [r.status for r in other.build(rows)] == ["built", "built"]

@@ -1,7 +1,7 @@
 """A dataset's specs and repositories, found by one rule for every caller (envcache/dataset.py):
 specs.yaml and repos/ inside a dataset folder or beside a dataset file, bundles beside a file,
 what is given explicitly first, the built-in SWE-bench table when no specs lie beside the rows.
-The CLI, the pipeline and GradingData must agree on each dataset."""
+The CLI, the pipeline and the benchmarks must agree on each dataset, read once as a ``Dataset``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sweflow.cli.env import DatasetArgs
-from sweflow.envcache.dataset import dataset_builder, dataset_mirror, dataset_specs
+from sweflow.cli.datasets import DatasetArgs
+from sweflow.envcache.builder import EnvBuilder
+from sweflow.envcache.dataset import Dataset, dataset_mirror, dataset_specs
 from sweflow.envcache.repos import RepoSource
-from sweflow.grading.dataset import GradingData
-from sweflow.harness.specs import BUILTIN_SPECS
+from sweflow.harness.specs import BUILTIN_SPECS, SpecError
+from sweflow.instances import InstancesError
 from sweflow.pipeline.config import PipelineConfig
 from sweflow.pipeline.stages.common import make_builder
 
@@ -35,6 +36,10 @@ def dataset(folder: Path, *, specs: bool = True, repos: bool = True) -> Path:
     else:
         (folder / "o__n.bundle").write_bytes(b"a git bundle")
     return folder / "tasks.jsonl"
+
+
+def dataset_builder(rows: Path, store: Path, **given: object) -> EnvBuilder:
+    return Dataset.load(rows, **given).builder(store)  # type: ignore[arg-type]
 
 
 def test_a_dataset_folder_brings_its_specs_and_repos(tmp_path: Path) -> None:
@@ -75,7 +80,7 @@ def test_a_local_repo_or_url_replaces_the_default_mirror(tmp_path: Path) -> None
     url = "https://example.org/{repo}.git"
     by_url = dataset_builder(rows, tmp_path / "store", repo_url=url)
     assert by_url.options.repo_mirror is None and by_url.options.repo_url == url
-    by_path = dataset_builder(rows, tmp_path / "store", repo_path=tmp_path)
+    by_path = dataset_builder(rows, tmp_path / "store", repo=tmp_path)
     assert by_path.options.repo_mirror is None and by_path.options.repo_path == tmp_path
 
 
@@ -92,16 +97,50 @@ def test_a_dataset_that_is_no_path_has_no_mirror_and_the_builtin_specs() -> None
 
 
 @pytest.mark.parametrize("repos", [True, False], ids=["repos-folder", "bundles-beside"])
-def test_the_cli_the_pipeline_and_grading_find_the_same(tmp_path: Path, repos: bool) -> None:
+def test_the_cli_the_pipeline_and_the_benchmarks_find_the_same(tmp_path: Path, repos: bool) -> None:
     rows = dataset(tmp_path / "data", repos=repos)
     store = tmp_path / "store"
     cli = DatasetArgs(
-        dataset=str(rows), split=None, specs=None, repo_mirror=None, repo=None, repo_url=None,
-        instances=None, store=store, base=None, images=None, wheelhouse=None, max_workers=1,
-    )  # fmt: skip
+        dataset=str(rows),
+        split=None,
+        specs=None,
+        repo_mirror=None,
+        repo=None,
+        repo_url=None,
+        instances=None,
+        store=store,
+        base=None,
+        images=None,
+        wheelhouse=None,
+        max_workers=1,
+    )
     config = PipelineConfig(run_dir=tmp_path / "run", dataset={"path": rows}, envs={"store": store})
-    builders = [cli.builder(), make_builder(config), GradingData.load(rows, store).builder]
+    builders = [
+        cli.build_work(cli.read()),
+        make_builder(config, config.dataset.load()),
+        Dataset.load(rows).builder(store),  # as the benchmarks make theirs
+    ]
     mirror = rows.parent / "repos" if repos else rows.parent
     assert [b.options.repo_mirror for b in builders] == [mirror] * 3
     assert all(set(b.specs.specs) == {"o/n"} for b in builders)
-    assert cli.specs_path() == config.dataset.specs_path() == rows.parent / "specs.yaml"
+    assert cli.read().specs_file == config.dataset.specs_path() == rows.parent / "specs.yaml"
+
+
+def test_a_dataset_reads_its_specs_before_its_rows_and_narrows_them(tmp_path: Path) -> None:
+    rows = dataset(tmp_path / "data")
+    other = ROW.replace("o__n-1", "o__n-2")
+    rows.write_text(ROW + other + "{}\n")
+    (rows.parent / "specs.yaml").write_text("o/n: [unclosed\n")
+    with pytest.raises(SpecError, match="specs.yaml is not valid YAML"):
+        Dataset.load(rows)  # the bad specs are told, not the bad row
+    (rows.parent / "specs.yaml").write_text(SPECS)
+    with pytest.raises(
+        InstancesError, match="row 2: a row of no known format; it has columns none"
+    ):
+        Dataset.load(rows)
+    lenient = Dataset.load(rows, strict=False)
+    assert [r.instance_id for r in lenient.rows] == ["o__n-1", "o__n-2"]
+    assert {e.index for e in lenient.skipped} == {2}
+    assert [r.instance_id for r in Dataset.load(rows, strict=False, limit=1).rows] == ["o__n-1"]
+    only = Dataset.load(rows, strict=False, instances=["o__n-2"])
+    assert [r.instance_id for r in only.rows] == ["o__n-2"]

@@ -40,8 +40,15 @@ def ino(path: Path) -> int:
 
 def test_a_file_many_layers_hold_is_stored_once(store):
     one = hand_upper(store, {"testbed/lib.py": SHARED, "testbed/a.py": b"a = 1\n"})
-    two = hand_upper(store, {"testbed/lib.py": SHARED, "testbed/a.py": b"a = 2\n",
-                             "testbed/run.py": SHARED, "testbed/empty": b""})  # fmt: skip
+    two = hand_upper(
+        store,
+        {
+            "testbed/lib.py": SHARED,
+            "testbed/a.py": b"a = 2\n",
+            "testbed/run.py": SHARED,
+            "testbed/empty": b"",
+        },
+    )
     os.chmod(two / "testbed/run.py", 0o755)  # same bytes, other mode: another inode
     first, second = store.commit(one, "instance"), store.commit(two, "instance")
     a, b = store.layers / first.digest / "testbed", store.layers / second.digest / "testbed"
@@ -76,8 +83,9 @@ def test_du_says_which_kinds_of_layers_share_the_shared_bytes(store):
     usage = disk_usage(store)
     assert usage.shared_by_kinds == {"env+instance": len(SHARED), "instance": len(other)}
     assert usage.shared_bytes == len(SHARED) + len(other)
-    shown = CliRunner().invoke(app, ["env", "du", "--store", str(store.root)],
-                               env={"COLUMNS": "200"})  # fmt: skip
+    shown = CliRunner().invoke(
+        app, ["env", "du", "--store", str(store.root)], env={"COLUMNS": "200"}
+    )
     assert shown.exit_code == 0 and "by env and instance layers" in shown.output, shown.output
 
 
@@ -119,8 +127,13 @@ def test_a_source_whose_pyc_checks_its_mtime_keeps_its_mtime(store):
         pycs = sorted((site / "pkg/__pycache__").iterdir())
         before = [p.read_bytes() for p in pycs]
         probe = [sys.executable, "-c", "import pkg.mod, sys; sys.exit(pkg.mod.__cached__ is None)"]
-        done = subprocess.run(probe, cwd=site, env={**os.environ, "PYTHONPATH": str(site)},
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            probe,
+            cwd=site,
+            env={**os.environ, "PYTHONPATH": str(site)},
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stderr
         assert [p.read_bytes() for p in sorted((site / "pkg/__pycache__").iterdir())] == before
 
@@ -163,8 +176,12 @@ def test_what_an_install_built_in_a_work_tree_is_stored_once_whatever_its_mtime(
     assert ino(trees[0] / "lib.py") != ino(trees[1] / "lib.py")  # same bytes, other mtime
     assert int((trees[1] / "lib.py").stat().st_mtime) == 1_700_000_000
     for tree in trees:
-        status = subprocess.run(["git", "-C", str(tree), "diff-files", "--name-only"],
-                                capture_output=True, text=True, check=True)  # fmt: skip
+        status = subprocess.run(
+            ["git", "-C", str(tree), "diff-files", "--name-only"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert status.stdout == ""
 
 
@@ -172,8 +189,7 @@ def _pooled_by_mtime(store: LayerStore, path: Path, built_at: int) -> None:
     """``path`` as the pool before f6fd652 left a build output of a checkout: a copy of its own
     with its build's mtime, pooled under a key with that mtime (``KEY-tMTIME``)."""
     inode = ino(path)
-    [entry] = [e for folder in store.pool.iterdir() for e in folder.iterdir()
-               if ino(e) == inode]  # fmt: skip
+    [entry] = [e for folder in store.pool.iterdir() for e in folder.iterdir() if ino(e) == inode]
     copy = path.with_name(path.name + ".copy")
     shutil.copy2(path, copy)
     os.utime(copy, (built_at, built_at))
@@ -206,8 +222,12 @@ def test_dedupe_moves_files_pooled_under_an_older_rule_to_their_entry_now(store)
     assert disk_usage(store).disk_bytes == before - len(SHARED * 3)
     for layer, tree in zip(layers, trees, strict=True):
         assert tree_digest(tree.parent).digest == layer.digest
-        status = subprocess.run(["git", "-C", str(tree), "diff-files", "--name-only"],
-                                capture_output=True, text=True, check=True)  # fmt: skip
+        status = subprocess.run(
+            ["git", "-C", str(tree), "diff-files", "--name-only"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert status.stdout == ""
     again = pool_layers(store)
     assert again.files == 0 and again.given_back == 0
@@ -265,8 +285,10 @@ def _unpool(store: LayerStore) -> None:
 
 
 def test_dedupe_pools_a_store_built_before_the_pool(store, tmp_path):
-    layers = [store.commit(hand_upper(store, {"lib.py": SHARED, "own": b"%d" % i}), "instance")
-              for i in range(3)]  # fmt: skip
+    layers = [
+        store.commit(hand_upper(store, {"lib.py": SHARED, "own": b"%d" % i}), "instance")
+        for i in range(3)
+    ]
     for i, layer in enumerate(layers):
         store.write_manifest(f"i{i}", [layer])
     _unpool(store)
@@ -295,8 +317,9 @@ def test_dedupe_pools_a_store_built_before_the_pool(store, tmp_path):
     assert figures["disk_bytes"] == figures["apparent_bytes"] - len(SHARED)
     said = runner.invoke(app, ["env", "dedupe", "--store", str(store.root)])
     assert said.exit_code == 0 and "left alone" in said.output and layers[2].digest in said.output
-    refused = runner.invoke(app, ["env", "du", "--store", str(tmp_path / "nothing")],
-                            env={"COLUMNS": "400"})  # fmt: skip
+    refused = runner.invoke(
+        app, ["env", "du", "--store", str(tmp_path / "nothing")], env={"COLUMNS": "400"}
+    )
     assert refused.exit_code != 0 and "is not a layer store" in refused.output
 
 

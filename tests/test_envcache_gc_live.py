@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from sweflow.cluster.environments import BuildWork
+from sweflow.envcache.builder import EnvBuilder
+from sweflow.envcache.dataset import Dataset
 from sweflow.envcache.instance_spec import instance_sandbox_spec
 from sweflow.grading import Grader
-from sweflow.grading.dataset import GradingData
 from sweflow.grading.evaluate import RunSummary, evaluate
 from sweflow.grading.predictions import gold_predictions
 from sweflow.instances import Instance
@@ -51,29 +52,34 @@ VIEW = (
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path) -> GradingData:
-    """Four instances of one environment, built in a store of their own (gc empties it)."""
-    data = GradingData.load(DATASET, tmp_path_factory.mktemp("store"), wheelhouse)
-    data.instances = data.instances[:4]
-    assert [r.status for r in data.build()] == ["built"] * 4
-    return data
+def data() -> Dataset:
+    """Four instances of one environment."""
+    return Dataset.load(DATASET, limit=4)
 
 
-def view(data: GradingData, instance: Instance, hold_s: float = 0.0) -> list[str]:
+@pytest.fixture(scope="module")
+def builder(data: Dataset, tmp_path_factory, wheelhouse: Path, bookworm_rootfs: Path) -> EnvBuilder:
+    """The builder that built ``data`` in a store of its own (gc empties it)."""
+    builder = data.builder(tmp_path_factory.mktemp("store"), wheelhouse=wheelhouse)
+    assert [r.status for r in builder.build(data.rows)] == ["built"] * 4
+    return builder
+
+
+def view(builder: EnvBuilder, instance: Instance, hold_s: float = 0.0) -> list[str]:
     """/testbed as a shell opened now sees it, and again ``hold_s`` later."""
-    with open_sandbox(instance_sandbox_spec(data.builder.store, instance.instance_id)) as sb:
+    with open_sandbox(instance_sandbox_spec(builder.store, instance.instance_id)) as sb:
         first = sb.exec(VIEW).output.strip()
         sb.exec(f"sleep {hold_s}")
         return [first, sb.exec(VIEW).output.strip()]
 
 
-def shells(data: GradingData, instances: list[Instance], rounds: int) -> list[tuple[str, str]]:
+def shells(builder: EnvBuilder, instances: list[Instance], rounds: int) -> list[tuple[str, str]]:
     """Build (or find) each instance and open a shell on it, as `env build` then `env shell`."""
     seen = []
     for _ in range(rounds):
         for instance in instances:
-            assert data.builder.build_one(instance).status != "error"
-            seen += [(instance.instance_id, v) for v in view(data, instance, hold_s=3)]
+            assert builder.build_one(instance).status != "error"
+            seen += [(instance.instance_id, v) for v in view(builder, instance, hold_s=3)]
     return seen
 
 
@@ -85,34 +91,36 @@ def verdicts(summary: RunSummary) -> dict[str, tuple]:
     }
 
 
-def grade(data: GradingData, instances: list[Instance], run_id: str, root: Path) -> RunSummary:
+def grade(builder: EnvBuilder, instances: list[Instance], run_id: str, root: Path) -> RunSummary:
     return evaluate(
-        Grader(data.store, data.specs),
+        Grader(builder.options.store, builder.specs),
         instances,
         gold_predictions(instances),
         run_id,
         root=root,
         report_dir=root,
-        build=BuildWork(data.specs, data.builder.options),
+        build=BuildWork(builder.specs, builder.options),
     )
 
 
-def test_evals_shells_and_builds_while_gc_loops(data: GradingData, tmp_path: Path) -> None:
-    keep, *used = data.instances
-    quiet = grade(data, used, "quiet", tmp_path)
+def test_evals_shells_and_builds_while_gc_loops(
+    data: Dataset, builder: EnvBuilder, tmp_path: Path
+) -> None:
+    keep, *used = data.rows
+    quiet = grade(builder, used, "quiet", tmp_path)
     assert len(verdicts(quiet)) == len(used)
-    alone = {(i.instance_id, v) for i in used for v in view(data, i)}
+    alone = {(i.instance_id, v) for i in used for v in view(builder, i)}
 
     stop = tmp_path / "stop"
     loop = subprocess.Popen(
-        [sys.executable, "-c", GC_LOOP, str(data.store), keep.instance_id, str(stop)],
+        [sys.executable, "-c", GC_LOOP, str(builder.options.store), keep.instance_id, str(stop)],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         with ThreadPoolExecutor(1) as pool:
-            seen = pool.submit(shells, data, used, 2)
-            busy = grade(data, used, "busy", tmp_path)
+            seen = pool.submit(shells, builder, used, 2)
+            busy = grade(builder, used, "busy", tmp_path)
             seen = seen.result()
         time.sleep(3)  # unused for longer than the grace: gc removes them now
     finally:
@@ -123,20 +131,20 @@ def test_evals_shells_and_builds_while_gc_loops(data: GradingData, tmp_path: Pat
     assert removed > 0 and kept > 0, (runs, removed, kept)  # it did remove, and did keep
     assert verdicts(busy) == verdicts(quiet)
     assert set(seen) == alone, sorted(set(seen) - alone)
-    assert not data.builder.store.has_instance(used[0].instance_id)  # dropped once unused
+    assert not builder.store.has_instance(used[0].instance_id)  # dropped once unused
 
 
 def test_an_environment_removed_under_a_grading_is_no_verdict(
-    data: GradingData, tmp_path: Path
+    data: Dataset, builder: EnvBuilder, tmp_path: Path
 ) -> None:
     """Layers deleted behind the store's back (by hand, a broken disk) while the tests run: an
     infrastructure failure, and no report.json that a re-run would take as the verdict."""
-    instance = data.instances[0]
-    assert data.builder.build_one(instance).status != "error"
-    grader = Grader(data.store, data.specs)
+    instance = data.rows[0]
+    assert builder.build_one(instance).status != "error"
+    grader = Grader(builder.options.store, data.specs)
     slow = instance.model_copy(update={"eval_script": "sleep 4\n" + grader.eval_script(instance)})
-    manifest = data.builder.store.read_manifest(instance.instance_id)
-    layer = data.builder.store.layers / manifest.layers[-1].digest
+    manifest = builder.store.read_manifest(instance.instance_id)
+    layer = builder.store.layers / manifest.layers[-1].digest
     out = tmp_path / "call"
 
     def remove_once_the_tests_run() -> None:

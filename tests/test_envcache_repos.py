@@ -266,8 +266,17 @@ def test_a_tar_of_a_shallow_repository_serves_its_commits(history: History, tmp_
     shallow = tmp_path / "shallow.git"
     git("init", "-q", "--bare", str(shallow), cwd=tmp_path)
     wanted = history.commits[-1]
-    git("-c", "protocol.file.allow=always", "fetch", "-q", "--depth", "1",
-        f"file://{history.bare}", wanted, cwd=shallow)  # fmt: skip
+    git(
+        "-c",
+        "protocol.file.allow=always",
+        "fetch",
+        "-q",
+        "--depth",
+        "1",
+        f"file://{history.bare}",
+        wanted,
+        cwd=shallow,
+    )
     git("update-ref", f"refs/sweflow/{wanted}", wanted, cwd=shallow)
     mirror = tmp_path / "mirror"
     mirror.mkdir()

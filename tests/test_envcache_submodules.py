@@ -30,8 +30,9 @@ def _repo(
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         (work / rel).write_text(text)
     if links:
-        modules = "".join(f'[submodule "{p}"]\n\tpath = {p}\n\turl = {url}\n'
-                          for p, (url, _) in links.items())  # fmt: skip
+        modules = "".join(
+            f'[submodule "{p}"]\n\tpath = {p}\n\turl = {url}\n' for p, (url, _) in links.items()
+        )
         (work / ".gitmodules").write_text(modules)
         for path, (_, sha) in links.items():
             (work / path).mkdir()  # unpopulated, as after a clone: `add -A` keeps the gitlink
@@ -45,12 +46,20 @@ def mirror(tmp_path_factory) -> tuple[Path, str]:
     astro/tiny by a URL relative to itself."""
     root = tmp_path_factory.mktemp("mirror")
     tiny = _repo(root, "tiny", {"tiny.py": "TINY = 1\n"})
-    first = _repo(root, "helpers", {"helpers/__init__.py": "VERSION = 1\n"},
-                  {"vendored": ("../tiny.git", tiny)})  # fmt: skip
+    first = _repo(
+        root,
+        "helpers",
+        {"helpers/__init__.py": "VERSION = 1\n"},
+        {"vendored": ("../tiny.git", tiny)},
+    )
     (root / "astro__helpers" / "helpers/__init__.py").write_text("VERSION = 2\n")
     commit_all(root / "astro__helpers", "later", 1_600_000_100)  # not the pinned one
-    core = _repo(root, "core", {"setup.py": "import helpers\n"},
-                 {"astropy_helpers": ("https://github.com/astro/helpers.git", first)})  # fmt: skip
+    core = _repo(
+        root,
+        "core",
+        {"setup.py": "import helpers\n"},
+        {"astropy_helpers": ("https://github.com/astro/helpers.git", first)},
+    )
     return root, core
 
 
@@ -109,8 +118,15 @@ def test_an_instance_builds_with_its_submodules_offline(
     spec = EnvSpec(python="3.11", test_cmd="pytest")
     options = BuildOptions(store=tmp_path / "store", repo_mirror=root, wheelhouse=wheelhouse)
     builder = EnvBuilder(SpecTable({"astro/core": {"1.0": spec}}), options)
-    row = Instance(instance_id="astro__core-1", repo="astro/core", base_commit=core,
-                   version="1.0", patch="", test_patch="", problem_statement="")  # fmt: skip
+    row = Instance(
+        instance_id="astro__core-1",
+        repo="astro/core",
+        base_commit=core,
+        version="1.0",
+        patch="",
+        test_patch="",
+        problem_statement="",
+    )
     [built] = builder.build([row])
     assert built.status == "built", built.error
     with open_sandbox(instance_sandbox_spec(builder.store, row.instance_id)) as sandbox:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conftest import SLEEPY_PATCH
 from typer.testing import CliRunner
 
 from sweflow.cli import app
@@ -12,9 +13,11 @@ from sweflow.cli import app
 LOGS = Path("logs") / "run_evaluation"
 
 
-def test_eval_writes_the_harness_layout_and_resumes(grading_data, tmp_path, monkeypatch) -> None:
+def test_eval_writes_the_harness_layout_and_resumes(
+    grading_data, grading_store, tmp_path, monkeypatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    first, second, third = grading_data.instances[:3]
+    first, second, third = grading_data.rows[:3]
     rows = [
         {
             "instance_id": first.instance_id,
@@ -28,10 +31,20 @@ def test_eval_writes_the_harness_layout_and_resumes(grading_data, tmp_path, monk
     preds = tmp_path / "preds.jsonl"
     preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
     argv = [
-        "eval", "--dataset", str(grading_data.dataset), "--predictions", str(preds),
-        "--run-id", "r1", "--store", str(grading_data.store), "--report-dir", "reports",
-        "--repo-mirror", str(grading_data.builder.options.repo_mirror),
-    ]  # fmt: skip
+        "eval",
+        "--dataset",
+        str(grading_data.name),
+        "--predictions",
+        str(preds),
+        "--run-id",
+        "r1",
+        "--store",
+        str(grading_store),
+        "--report-dir",
+        "reports",
+        "--repo-mirror",
+        str(grading_data.source.mirror),
+    ]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())  # rich wraps lines at the terminal's width
@@ -43,14 +56,15 @@ def test_eval_writes_the_harness_layout_and_resumes(grading_data, tmp_path, monk
     assert {p.name for p in (run / third.instance_id).iterdir()} == {
         "patch.diff",
         "run_instance.log",
-    }  # did not apply: no report, an error instance (as in the harness)
+        "sweflow_verdict.json",
+    }  # did not apply: no report, an error instance (as in the harness); its verdict kept
     assert (LOGS / "r1" / "run.json").exists()
     summary = json.loads(Path("reports/org__m.r1.json").read_text())
     assert summary["schema_version"] == 2
     assert summary["resolved_ids"] == [first.instance_id]
     assert summary["empty_patch_ids"] == [second.instance_id]
     assert summary["error_ids"] == [third.instance_id]
-    assert summary["total_instances"] == len(grading_data.instances)
+    assert summary["total_instances"] == len(grading_data.rows)
     assert f"| {first.instance_id} | org/m | resolved |" in Path("reports/org__m.r1.md").read_text()
 
     report = run / first.instance_id / "report.json"
@@ -74,18 +88,33 @@ def test_eval_writes_the_harness_layout_and_resumes(grading_data, tmp_path, monk
 
 
 def test_a_patch_the_tamper_guard_refuses_is_unresolved_logged_and_resumed(
-    grading_data, tmp_path, monkeypatch
+    grading_data, grading_store, tmp_path, monkeypatch
 ) -> None:
     """Refusals were reported as "error", wrote no logs and were graded again on a re-run."""
     monkeypatch.chdir(tmp_path)
-    first = grading_data.instances[0]
+    first = grading_data.rows[0]
     preds = tmp_path / "preds.jsonl"
     hack = first.patch + first.test_patch  # it edits the tests
-    preds.write_text(json.dumps({"instance_id": first.instance_id, "model_name_or_path": "m",
-                                 "model_patch": hack}) + "\n")  # fmt: skip
-    argv = ["eval", "-d", str(grading_data.dataset), "-p", str(preds), "--run-id", "g",
-            "--store", str(grading_data.store), "-i", first.instance_id,
-            "--tamper-guard"]  # fmt: skip
+    preds.write_text(
+        json.dumps(
+            {"instance_id": first.instance_id, "model_name_or_path": "m", "model_patch": hack}
+        )
+        + "\n"
+    )
+    argv = [
+        "eval",
+        "-d",
+        str(grading_data.name),
+        "-p",
+        str(preds),
+        "--run-id",
+        "g",
+        "--store",
+        str(grading_store),
+        "-i",
+        first.instance_id,
+        "--tamper-guard",
+    ]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     summary = json.loads(Path("m.g.json").read_text())
@@ -97,3 +126,59 @@ def test_a_patch_the_tamper_guard_refuses_is_unresolved_logged_and_resumed(
     assert "Refused by the tamper guard" in (run / "run_instance.log").read_text()
     again = CliRunner().invoke(app, argv)
     assert again.exit_code == 0 and "cached" in again.output, again.output
+
+
+def test_a_hang_and_a_malformed_patch_are_verdicts_a_rerun_keeps(
+    grading_data, grading_store, tmp_path, monkeypatch
+) -> None:
+    """A timed-out grading was graded again, in full, on every re-run (issue 54). A hang and a
+    malformed patch are error instances, as the harness counts them (no report.json), with their
+    reasons; a re-run takes their kept verdicts; a longer --timeout grades the hang again."""
+    monkeypatch.chdir(tmp_path)
+    first, second = grading_data.rows[:2]
+    rows = [
+        {"instance_id": first.instance_id, "model_patch": SLEEPY_PATCH, "model_name_or_path": "m"},
+        {"instance_id": second.instance_id, "model_patch": "oops\n", "model_name_or_path": "m"},
+    ]
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = [
+        "eval",
+        "-d",
+        str(grading_data.name),
+        "-p",
+        str(preds),
+        "--run-id",
+        "h",
+        "--store",
+        str(grading_store),
+        "-i",
+        f"{first.instance_id},{second.instance_id}",
+    ]
+
+    def run(timeout: str) -> tuple[str, dict, dict[str, float]]:
+        result = CliRunner().invoke(app, [*argv, "--timeout", timeout])
+        assert result.exit_code == 0, result.output
+        kept = {p.parent.name: p.stat().st_mtime_ns for p in (LOGS / "h" / "m").glob("*/*.json")}
+        return " ".join(result.output.split()), json.loads(Path("m.h.json").read_text()), kept
+
+    _, summary, kept = run("5")
+    assert summary["error_ids"] == sorted([first.instance_id, second.instance_id])
+    table = Path("m.h.md").read_text()
+    assert "timed out: the eval script ran past 5 s" in table, table
+    assert "the patch did not apply (malformed)" in table, table
+    verdicts = {
+        i: json.loads((LOGS / "h" / "m" / i / "sweflow_verdict.json").read_text())
+        for i in (first.instance_id, second.instance_id)
+    }
+    assert verdicts[first.instance_id]["status"] == "timeout"
+    assert verdicts[first.instance_id]["timeout_s"] == 5
+    assert verdicts[second.instance_id]["status"] == "malformed"
+    assert not list((LOGS / "h" / "m").glob("*/report.json"))  # as the harness writes none
+
+    again, resumed, unchanged = run("5")
+    assert unchanged == kept and again.count("cached") >= 2, again  # neither graded again
+    assert resumed == summary
+    _, _, longer = run("6")
+    assert longer[first.instance_id] != kept[first.instance_id]  # the hang, under 6 s
+    assert longer[second.instance_id] == kept[second.instance_id]

@@ -8,9 +8,10 @@ wrong patch (sweflow.grading.variants).
 
 Two datasets: the demo task set (synthetic bugs in parse, cachetools and toolz, FAIL_TO_PASS
 files restored by test_patch) and the real SWE-bench-style rows of more-itertools. The harness
-spends ~15 s stopping each container, so the more-itertools set runs on a sample of 6 and the
-demo set whole; ``SWEFLOW_XCHECK_LIMIT=N`` samples N instances of each, taken from every
-repository in turn (0: all).
+spends ~15 s stopping each container, so each set runs on a sample of 6, taken from every
+repository in turn (the demo's: two tasks of each of its three projects), with every kind of
+prediction that fits them; ``SWEFLOW_XCHECK_LIMIT=N`` samples N instances of each instead (0:
+all, the whole demo set's 36 tasks).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(3600)]
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASETS = {  # name: (dataset, instances to check by default; 0: all)
-    "demo": (ROOT / "data" / "demo" / "tasks.jsonl", 0),
+    "demo": (ROOT / "data" / "demo" / "tasks.jsonl", 6),
     "more-itertools": (ROOT / "tests" / "data" / "envcache" / "instances.jsonl", 6),
 }
 
@@ -47,9 +48,9 @@ def test_sweflow_agrees_with_the_official_harness(
     name: str, grading_dataset, dockerd, tmp_path: Path, request
 ) -> None:
     source, default_limit = DATASETS[name]
-    grading_data = grading_dataset(source)
-    instances = grading_data.sample(int(os.environ.get("SWEFLOW_XCHECK_LIMIT", default_limit)))
-    store, specs = grading_data.store, grading_data.specs
+    data, store = grading_dataset(source)
+    instances = data.sample(int(os.environ.get("SWEFLOW_XCHECK_LIMIT", default_limit)))
+    specs = data.specs
     local = Grader(store, specs)
     dataset = harness_dataset(dockerd, local, instances, tmp_path / "harness-dataset.jsonl")
     made = variant_predictions(store, instances)  # revert_hunk fits no one-hunk fix: dropped
@@ -57,16 +58,24 @@ def test_sweflow_agrees_with_the_official_harness(
     host = os.environ["DOCKER_HOST"]
 
     def harness(variant: str):
-        return run_harness(dataset, predictions[variant], f"x-{variant}", tmp_path / "harness",
-                           docker_host=host, max_workers=2)  # fmt: skip
+        return run_harness(
+            dataset,
+            predictions[variant],
+            f"x-{variant}",
+            tmp_path / "harness",
+            docker_host=host,
+            max_workers=2,
+        )
 
     with ThreadPoolExecutor(len(predictions)) as pool:  # container names differ by run id
         runs = dict(zip(predictions, pool.map(harness, predictions), strict=True))
     # run_evaluation ends by listing the daemon's containers and inspecting each: one that a
     # concurrent run removes in between fails it (docker NotFound) after its reports are
     # written. Such a run is repeated alone; it resumes from its reports.
-    runs = {v: harness(v) if r.returncode and "No such container" in r.output else r
-            for v, r in runs.items()}  # fmt: skip
+    runs = {
+        v: harness(v) if r.returncode and "No such container" in r.output else r
+        for v, r in runs.items()
+    }
     for run in runs.values():
         assert run.returncode == 0, run.output[-3000:]
     graders = {"sweflow-local": local, "sweflow-docker": Grader(store, specs, backend="docker")}
@@ -77,8 +86,15 @@ def test_sweflow_agrees_with_the_official_harness(
         print("e2b: not graded (the e2b SDK is not installed)")
     for name, grader in graders.items():
         for variant, preds in predictions.items():
-            evaluate(grader, instances, preds, f"x-{variant}", root=tmp_path / name,
-                     report_dir=tmp_path / name, max_workers=2)  # fmt: skip
+            evaluate(
+                grader,
+                instances,
+                preds,
+                f"x-{variant}",
+                root=tmp_path / name,
+                report_dir=tmp_path / name,
+                max_workers=2,
+            )
 
     roots = {"harness": tmp_path / "harness"} | {n: tmp_path / n for n in graders}
     results = {

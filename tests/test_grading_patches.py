@@ -10,7 +10,7 @@ import pytest
 from unidiff import PatchSet
 
 from sweflow.grading.crosscheck import agreement_table
-from sweflow.grading.evaluate import Outcome, markdown_summary
+from sweflow.grading.evaluate import PredictionOutcome, markdown_summary
 from sweflow.grading.patches import failure_kind, is_empty, is_test_path
 from sweflow.grading.predictions import PredictionsError, load_predictions
 from sweflow.grading.variants import MALFORMED, VARIANTS
@@ -63,10 +63,15 @@ def test_other_bug_fixes_one_task_and_plants_another() -> None:
     f_bug, g_bug = fixed.replace("x + 1", "x - 1"), fixed.replace("x * 2", "x * 3")
 
     def task(name: str, buggy: str) -> Instance:
-        patch = "".join(difflib.unified_diff(buggy.splitlines(True), fixed.splitlines(True),
-                                             "a/m.py", "b/m.py"))  # fmt: skip
-        return Instance(instance_id=name, repo="o/r", base_commit="0" * 40,
-                        patch=f"diff --git a/m.py b/m.py\n{patch}")  # fmt: skip
+        patch = "".join(
+            difflib.unified_diff(buggy.splitlines(True), fixed.splitlines(True), "a/m.py", "b/m.py")
+        )
+        return Instance(
+            instance_id=name,
+            repo="o/r",
+            base_commit="0" * 40,
+            patch=f"diff --git a/m.py b/m.py\n{patch}",
+        )
 
     f_task, g_task = task("o__r-f", f_bug), task("o__r-g", g_bug)
     made = VARIANTS["other_bug"](f_task, lambda path: {"m.py": f_bug}[path], [f_task, g_task])
@@ -139,8 +144,8 @@ def test_markdown_summary_has_counts_and_rows() -> None:
         "error_instances": 0,
     }
     outcomes = [
-        Outcome("b", "m", "empty", False, "empty patch"),
-        Outcome("a", "m", "resolved", True, "resolved | all"),
+        PredictionOutcome("b", "m", "empty", False, "empty patch"),
+        PredictionOutcome("a", "m", "resolved", True, "resolved | all"),
     ]
     text = markdown_summary("r", report, outcomes)
     assert "| 2 | 2 | 1 | 1 | 0 | 1 | 0 |" in text

@@ -19,17 +19,17 @@ from sweflow.grading.variants import variant_predictions
 
 
 @pytest.fixture(scope="module")
-def grader(grading_data, tmp_path_factory) -> Grader:
-    return Grader(grading_data.store, grading_data.specs, log_dir=tmp_path_factory.mktemp("logs"))
+def grader(grading_data, grading_store, tmp_path_factory) -> Grader:
+    return Grader(grading_store, grading_data.specs, log_dir=tmp_path_factory.mktemp("logs"))
 
 
 @pytest.fixture(scope="module")
 def instance(grading_data):
-    return grading_data.instances[0]
+    return grading_data.rows[0]
 
 
-def _variant(grading_data, instance, name: str) -> str:
-    made = variant_predictions(grading_data.store, [instance], [name])[name]
+def _variant(store, instance, name: str) -> str:
+    made = variant_predictions(store, [instance], [name])[name]
     assert made, f"{name} does not fit {instance.instance_id}"
     return made[0].model_patch
 
@@ -62,10 +62,8 @@ def test_gold_patch_resolves_with_the_harness_files(grader, instance) -> None:
         ("revert_hunk", "applied"),
     ],
 )
-def test_wrong_patches_are_unresolved_with_a_reason(
-    grading_data, grader, instance, variant, status
-) -> None:
-    result = grader.reward(instance, _variant(grading_data, instance, variant))
+def test_wrong_patches_are_unresolved_with_a_reason(grader, instance, variant, status) -> None:
+    result = grader.reward(instance, _variant(grader.store.root, instance, variant))
     assert not result.resolved
     assert result.apply_status == status, result.reason
     assert result.reason
@@ -75,27 +73,29 @@ def test_wrong_patches_are_unresolved_with_a_reason(
         assert result.report == {} and result.f2p_passed == 0
 
 
-def test_patches_touching_tests_are_refused_by_the_tamper_guard(grading_data, instance) -> None:
-    guarded = Grader(grading_data.store, grading_data.specs, tamper_guard=True)
+def test_patches_touching_tests_are_refused_by_the_tamper_guard(
+    grading_data, grading_store, instance
+) -> None:
+    guarded = Grader(grading_store, grading_data.specs, tamper_guard=True)
     result = guarded.reward(instance, instance.patch + instance.test_patch)
     assert (result.resolved, result.apply_status) == (False, "touches_tests")
     assert "tests/" in result.reason and result.log_path is None
     assert guarded.reward(instance, instance.patch).resolved  # the gold patch edits no test
 
 
-def test_a_hanging_eval_script_times_out(grading_data, instance) -> None:
+def test_a_hanging_eval_script_times_out(grading_store, instance) -> None:
     hanging = instance.model_copy(update={"eval_script": "#!/bin/bash\nsleep 600\n"})
-    quick = Grader(grading_data.store, timeout_s=2)
+    quick = Grader(grading_store, timeout_s=2)
     result = quick.reward(hanging, instance.patch)
     assert (result.resolved, result.apply_status) == (False, "timeout")
     assert result.duration_s < 30
 
 
-def test_an_unbuilt_instance_is_an_error_naming_it(grading_data, instance) -> None:
+def test_an_unbuilt_instance_is_an_error_naming_it(grading_data, grading_store, instance) -> None:
     ghost = instance.model_copy(update={"instance_id": "ghost__repo-1"})
     with pytest.raises(GradingError, match="ghost__repo-1: not built"):
-        reward(ghost, instance.patch, store=grading_data.store, specs=grading_data.specs)
-    no_specs = Grader(grading_data.store)
+        reward(ghost, instance.patch, store=grading_store, specs=grading_data.specs)
+    no_specs = Grader(grading_store)
     with pytest.raises(GradingError, match="no eval_script and no environment specs"):
         no_specs.reward(instance, instance.patch)
 
@@ -106,13 +106,15 @@ def _grade_in_child(args) -> tuple[bool, str | None]:
     return result.resolved, result.log_path
 
 
-def test_threads_processes_and_asyncio_at_once(grading_data, grader, instance) -> None:
+def test_threads_processes_and_asyncio_at_once(
+    grading_data, grading_store, grader, instance
+) -> None:
     """Six gradings of one instance at once: threads, processes and asyncio, own log dirs."""
     patches = [instance.patch, "", instance.patch]
     with ThreadPoolExecutor(3) as pool:
         threaded = list(pool.map(lambda p: grader.reward(instance, p), patches))
     context = multiprocessing.get_context("spawn")
-    args = (grading_data.store, grading_data.specs, grader.log_dir, instance)
+    args = (grading_store, grading_data.specs, grader.log_dir, instance)
     with context.Pool(2) as pool:
         in_processes = pool.map(_grade_in_child, [args, args])
 

@@ -731,8 +731,12 @@ def test_an_instance_built_on_an_image_archive_validates(
         tmp_path / "image.tar", {"sweflow/bookworm:1": (config_for([rootfs], **settings), [rootfs])}
     )
     del rootfs
-    options = BuildOptions(store=tmp_path / "store", repo_mirror=data, wheelhouse=wheelhouse,
-                           base=f"docker-archive:{image}:sweflow/bookworm:1")  # fmt: skip
+    options = BuildOptions(
+        store=tmp_path / "store",
+        repo_mirror=data,
+        wheelhouse=wheelhouse,
+        base=f"docker-archive:{image}:sweflow/bookworm:1",
+    )
     builder = EnvBuilder(load_specs(data / "specs.yaml"), options)
     instance = load_instances(data / "instances.jsonl").raise_for_errors()[0]
     (built,) = builder.build([instance])
@@ -760,8 +764,9 @@ def test_a_row_with_an_image_runs_on_that_image_unchanged(
     data = Path(__file__).parent / "data" / "envcache"
     specs = load_specs(data / "specs.yaml")
     instance = load_instances(data / "instances.jsonl").raise_for_errors()[1]
-    built = EnvBuilder(specs, BuildOptions(store=tmp_path / "built", repo_mirror=data,
-                                           wheelhouse=wheelhouse))  # fmt: skip
+    built = EnvBuilder(
+        specs, BuildOptions(store=tmp_path / "built", repo_mirror=data, wheelhouse=wheelhouse)
+    )
     assert built.build([instance])[0].status == "built"
     manifest = built.store.read_manifest(instance.instance_id)
     layers = []
@@ -769,8 +774,10 @@ def test_a_row_with_an_image_runs_on_that_image_unchanged(
         with open(tmp_path / "layer.tar", "wb") as out:
             write_layer_tar(built.store.layer_path(layer.digest), out)
         layers.append((tmp_path / "layer.tar").read_bytes())
-    settings = {"Env": [f"{k}={v}" for k, v in manifest.meta["env"].items()],
-                "WorkingDir": "/testbed"}  # fmt: skip
+    settings = {
+        "Env": [f"{k}={v}" for k, v in manifest.meta["env"].items()],
+        "WorkingDir": "/testbed",
+    }
     tag = "swebench/sweb.eval.x86_64.more-itertools:v1"
     images = tmp_path / "images"
     images.mkdir()

@@ -431,14 +431,40 @@ def test_hf_dataset_from_a_folder_of_data_files(tmp_path: Path, gold: list[Insta
         load_instances(jsonl, "test")
 
 
-def test_a_hub_name_goes_to_load_dataset(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Offline here: the hub is never reached, but the name must get there and fail clearly."""
+@pytest.fixture
+def offline_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An empty Hugging Face hub cache of this test's own, with the hub unreachable."""
     import huggingface_hub.constants
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(InstancesError, match="cannot load dataset 'SWE-bench/SWE-bench_Nope'"):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    return tmp_path / "hub"
+
+
+def test_a_hub_name_not_in_the_cache_fails_clearly(offline_hub: Path) -> None:
+    """Offline here: the hub is never reached, and the error says what to do."""
+    with pytest.raises(InstancesError, match="SWE-bench/SWE-bench_Nope: not in the Hugging Face"):
         load_instances("SWE-bench/SWE-bench_Nope", "test")
+
+
+def test_a_hub_name_is_read_from_the_cache_offline(offline_hub: Path, gold: list) -> None:
+    """org/name[@revision][:split] from a hub cache laid out as huggingface_hub lays it out:
+    refs/<branch> -> snapshots/<commit>/<files>."""
+    repo = offline_hub / "datasets--org--tasks"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    write_jsonl(gold[:2], repo / "snapshots" / commit / "data" / "test.jsonl")
+    write_jsonl(gold[2:3], repo / "snapshots" / commit / "data" / "train.jsonl")
+    assert [i.instance_id for i in load_instances("org/tasks:test").instances] == IDS[:2]
+    assert [i.instance_id for i in load_instances("org/tasks", "train").instances] == IDS[2:3]
+    pinned = load_instances(f"org/tasks@{commit}:train").instances
+    assert [i.instance_id for i in pinned] == IDS[2:3]
+    with pytest.raises(InstancesError, match="names split 'test' but split 'train'"):
+        load_instances("org/tasks:test", "train")
+    with pytest.raises(InstancesError, match="org/tasks@v9:test: not in the Hugging Face cache"):
+        load_instances("org/tasks@v9:test")
 
 
 # -- swebench-5 task repos ---------------------------------------------------------------------

@@ -75,10 +75,18 @@ def service_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.isolating  # opens a local sandbox itself
 def test_the_emulated_internet_serves_its_hosts_and_nothing_else(service_dir: Path) -> None:
     files = sorted(p.name for p in service_dir.iterdir())  # the CA's key is gone
-    assert files == ["ca.pem", "emulated_internet.py", "emulated_sites.py", "server.key",
-                     "server.pem", "sites", "trust"]  # fmt: skip
+    assert files == [
+        "ca.pem",
+        "emulated_internet.py",
+        "emulated_sites.py",
+        "server.key",
+        "server.pem",
+        "sites",
+        "trust",
+    ]
     assert [p.name for p in (service_dir / "sites").iterdir()] == ["www.sphinx-doc.org"]
     python = sys.executable  # the suite's venv: httpbin[mainapp] is a test dependency
     start = internet.start_command(HOSTS).replace(f"{internet.PREFIX}/bin/python", python)
@@ -115,11 +123,15 @@ def test_the_emulated_internet_serves_its_hosts_and_nothing_else(service_dir: Pa
 
 def test_an_eval_script_starts_it_before_anything_else_runs() -> None:
     instance = Instance(
-        instance_id="psf__requests-1", repo="psf/requests", base_commit="a" * 40,
-        version="2.0", test_patch="",
-    )  # fmt: skip
-    online = EnvSpec(python="3.9", test_cmd="pytest", emulated_hosts=HOSTS,
-                     eval_commands=["export X=1"])  # fmt: skip
+        instance_id="psf__requests-1",
+        repo="psf/requests",
+        base_commit="a" * 40,
+        version="2.0",
+        test_patch="",
+    )
+    online = EnvSpec(
+        python="3.9", test_cmd="pytest", emulated_hosts=HOSTS, eval_commands=["export X=1"]
+    )
     script = make_eval_script(instance, online).splitlines()
     start = internet.start_command(HOSTS)
     assert start in script and script.index(start) < script.index("export X=1")
@@ -147,12 +159,15 @@ def test_the_trust_hook_runs_the_sitecustomize_it_shadows(tmp_path: Path) -> Non
     hook.mkdir(), shadowed.mkdir()
     (hook / "sitecustomize.py").write_bytes(internet.layer_files([])[internet.TRUST_HOOK])
     (shadowed / "sitecustomize.py").write_text("import os\nos.environ['THEIRS'] = 'ran'\n")
-    check = ("import os, ssl, sitecustomize; "
-             "print(os.environ.get('THEIRS'), ssl.SSLContext.load_verify_locations.__module__, "
-             "sitecustomize.__file__)")  # fmt: skip
+    check = (
+        "import os, ssl, sitecustomize; "
+        "print(os.environ.get('THEIRS'), ssl.SSLContext.load_verify_locations.__module__, "
+        "sitecustomize.__file__)"
+    )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{hook}:{shadowed}"}
-    out = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True,
-                         check=True).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", check], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["ran", "sitecustomize", str(shadowed / "sitecustomize.py")]
 
 
@@ -162,8 +177,9 @@ def test_an_instance_stored_on_another_emulated_internet_is_built_again() -> Non
     from sweflow.envcache.freshness import build_record, stale
     from sweflow.envcache.records import Manifest
 
-    row = Instance(instance_id="psf__requests-1921", repo="psf/requests", base_commit="c" * 40,
-                   version="2.3")  # fmt: skip
+    row = Instance(
+        instance_id="psf__requests-1921", repo="psf/requests", base_commit="c" * 40, version="2.3"
+    )
     spec = EnvSpec(python="3.9", test_cmd="pytest -rA", emulated_hosts=HOSTS)
     now = build_record(row, spec, "r")
     assert now["internet"] == internet.contents(HOSTS) != internet.contents(HOSTS[:1])

@@ -20,18 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import SLEEPY_PATCH
 
 from sweflow.sandbox.local import cgroups
 from sweflow.sandbox.mounts import mounts_under
-
-SLEEPY_PATCH = """diff --git a/conftest.py b/conftest.py
-new file mode 100644
---- /dev/null
-+++ b/conftest.py
-@@ -0,0 +1,2 @@
-+import time
-+time.sleep(120)
-"""
 
 
 def _default_sigint() -> None:
@@ -67,15 +59,22 @@ class _Sandboxes:
                 continue
             if f"--sbdir {self.state}/" in line:
                 processes.append(pid)
-        groups = [str(d) for d in cgroups.stale_groups(set()) if d.name in self.ids]
+        found = cgroups.sandbox_groups()
+        groups = [str(d) for name in self.ids for d in found.get(name, [])]
         dirs = [str(self.state / name) for name in self.open()]
-        return {"dirs": dirs, "mounts": mounts_under(self.state), "processes": processes,
-                "cgroups": groups}  # fmt: skip
+        return {
+            "dirs": dirs,
+            "mounts": mounts_under(self.state),
+            "processes": processes,
+            "cgroups": groups,
+        }
 
 
 @pytest.mark.parametrize("moment", ["loading", "sandbox opening", "test script running"])
-def test_ctrl_c_during_eval_stops_at_once_and_leaves_nothing(grading_data, tmp_path, moment):
-    _interrupt(_sleepy_eval(grading_data, tmp_path, rows=3), tmp_path, moment)
+def test_ctrl_c_during_eval_stops_at_once_and_leaves_nothing(
+    grading_data, grading_store, tmp_path, moment
+):
+    _interrupt(_sleepy_eval(grading_data, grading_store, tmp_path, rows=3), tmp_path, moment)
 
 
 DISGUISED_INTERRUPT = """
@@ -101,23 +100,40 @@ entry.main()
 def test_ctrl_c_that_pydantic_core_re_raised_as_a_schema_error_exits_130_without_traceback():
     """A CI run's Ctrl-C landed in a lazy import's model definition: pydantic-core turned it into
     a SchemaError (no cause, ``KeyboardInterrupt:`` at its message's end), printed as a bug."""
-    done = subprocess.run([sys.executable, "-c", DISGUISED_INTERRUPT], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", DISGUISED_INTERRUPT], capture_output=True, text=True, timeout=60
+    )
     assert (done.returncode, done.stdout + done.stderr) == (130, "")
 
 
-def test_sigterm_during_eval_winds_down_as_ctrl_c_does(grading_data, tmp_path):
+def test_sigterm_during_eval_winds_down_as_ctrl_c_does(grading_data, grading_store, tmp_path):
     """A process manager's stop (Prefect cancelling, Slurm, kill) closes every sandbox too."""
-    argv = _sleepy_eval(grading_data, tmp_path, rows=2)
+    argv = _sleepy_eval(grading_data, grading_store, tmp_path, rows=2)
     code, _ = _interrupt(argv, tmp_path, "test script running", signal.SIGTERM)
     assert code == 128 + signal.SIGTERM
 
 
-def test_ctrl_c_during_collect_stops_at_once_and_leaves_nothing(grading_data, tmp_path):
+def test_ctrl_c_during_collect_stops_at_once_and_leaves_nothing(
+    grading_data, grading_store, tmp_path
+):
     """Agent runs are asyncio tasks whose sandbox commands and gradings run in threads."""
-    argv = ["collect", "-d", str(grading_data.dataset), "--store", str(grading_data.store),
-            "--teacher", "replay", "--tool-mode", "text", "-o", str(tmp_path / "out"), "-c", "3",
-            "-k", "2"]  # fmt: skip
+    argv = [
+        "collect",
+        "-d",
+        str(grading_data.name),
+        "--store",
+        str(grading_store),
+        "--teacher",
+        "replay",
+        "--tool-mode",
+        "text",
+        "-o",
+        str(tmp_path / "out"),
+        "-c",
+        "3",
+        "-k",
+        "2",
+    ]
     _interrupt(argv, tmp_path, "sandbox opening")
 
 
@@ -128,8 +144,19 @@ def test_ctrl_c_during_bench_swebench_records_no_verdict_for_the_rows_it_cut(
     sandbox Ctrl-C closed was recorded as a build error ("sandbox ... was closed while a
     command ran"), which every re-run then skipped."""
     store = tmp_path / "store"  # empty: the signal comes while the environment builds
-    argv = ["bench", "swebench", "--json", "-d", str(grading_data.dataset), "--store", str(store),
-            "--wheelhouse", str(wheelhouse), "-j", "2"]  # fmt: skip
+    argv = [
+        "bench",
+        "swebench",
+        "--json",
+        "-d",
+        str(grading_data.name),
+        "--store",
+        str(store),
+        "--wheelhouse",
+        str(wheelhouse),
+        "-j",
+        "2",
+    ]
     _interrupt(argv, tmp_path, "sandbox opening")
     recorded = [p.name for p in (store / "bench-swebench").glob("*.json")]
     assert not recorded, [json.loads((store / "bench-swebench" / n).read_text()) for n in recorded]
@@ -141,40 +168,92 @@ def test_ctrl_c_during_train_rl_stops_within_2_s_and_resumes_from_its_checkpoint
 ):
     """SIGINT in step 2's rollout (an episode's sandbox open, the policy generating in a thread),
     after step 1's checkpoint: exit within 2 s saying so, nothing left, and a re-run resumes."""
-    data, _ = demo_replays
+    data = demo_replays.data
     out = tmp_path / "rl"
-    argv = ["train", "rl", "-d", str(data.dataset), "--store", str(data.store),
-            "-i", ",".join(i.instance_id for i in data.instances[:2]), "-m", str(tiny_smollm2),
-            "-o", str(out), "--steps", "2", "--tasks-per-step", "1", "--rollouts", "2",
-            "--max-steps", "4", "--set", "max_tokens_per_turn=64",
-            "--set", "checkpoint_every=1"]  # fmt: skip
+    argv = [
+        "train",
+        "rl",
+        "-d",
+        str(data.name),
+        "--store",
+        str(demo_replays.store),
+        "-i",
+        ",".join(i.instance_id for i in data.rows[:2]),
+        "-m",
+        str(tiny_smollm2),
+        "-o",
+        str(out),
+        "--steps",
+        "2",
+        "--tasks-per-step",
+        "1",
+        "--rollouts",
+        "2",
+        "--max-steps",
+        "4",
+        "--set",
+        "max_tokens_per_turn=64",
+        "--set",
+        "checkpoint_every=1",
+    ]
     checkpoint = out / "checkpoints" / "checkpoint-1"
-    code, said = _interrupt(argv, tmp_path, "sandbox opening", within=2,
-                            after=(checkpoint / "trainer_state.json").is_file)  # fmt: skip
+    code, said = _interrupt(
+        argv,
+        tmp_path,
+        "sandbox opening",
+        within=2,
+        after=(checkpoint / "trainer_state.json").is_file,
+    )
     assert code == 130
     said = " ".join(said.split())
     assert "interrupted: RL stopped in step 2 of 2; the same command resumes from checkpoint-1" in (
         said
     )
     first_step = (out / "rollouts" / "step-0001").stat().st_mtime_ns
-    done = subprocess.run([sys.executable, "-m", "sweflow.cli", *argv], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "sweflow.cli", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (out / "rollouts" / "step-0001").stat().st_mtime_ns == first_step  # not run again
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2] and (out / "model" / "config.json").is_file()
 
 
-def _sleepy_eval(grading_data, tmp_path, rows: int) -> list[str]:
+def _sleepy_eval(grading_data, grading_store, tmp_path, rows: int) -> list[str]:
     """``eval`` arguments grading the first ``rows`` instances with a patch whose tests sleep."""
     preds = tmp_path / "preds.jsonl"
-    preds.write_text("".join(
-        json.dumps({"instance_id": i.instance_id, "model_patch": SLEEPY_PATCH,
-                    "model_name_or_path": "m"}) + "\n"
-        for i in grading_data.instances[:rows]
-    ))  # fmt: skip
-    return ["eval", "-d", str(grading_data.dataset), "-p", str(preds), "--run-id", "r", "-j", "2",
-            "--store", str(grading_data.store), "--report-dir", str(tmp_path)]  # fmt: skip
+    preds.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "instance_id": i.instance_id,
+                    "model_patch": SLEEPY_PATCH,
+                    "model_name_or_path": "m",
+                }
+            )
+            + "\n"
+            for i in grading_data.rows[:rows]
+        )
+    )
+    return [
+        "eval",
+        "-d",
+        str(grading_data.name),
+        "-p",
+        str(preds),
+        "--run-id",
+        "r",
+        "-j",
+        "2",
+        "--store",
+        str(grading_store),
+        "--report-dir",
+        str(tmp_path),
+    ]
 
 
 def _interrupt(
@@ -193,8 +272,14 @@ def _interrupt(
     argv = [sys.executable, "-m", "sweflow.cli", *command]
     # A shell starts background jobs with SIGINT ignored (CI runs us so): the child gets the
     # default disposition, as a command typed at a terminal has.
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=_default_sigint, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_default_sigint,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 300
         while after is not None and not after():
@@ -249,8 +334,17 @@ def test_a_test_run_ended_by_sigterm_stops_what_its_fixtures_started(tmp_path: P
     """With the suite's conftest, pytest ended by SIGTERM runs its fixtures' teardown: a
     `timeout` around the tests left dockerd, a busy container and the e2b endpoint running."""
     (tmp_path / "test_daemon.py").write_text(DAEMON_FIXTURE_TEST)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
-            "test_daemon.py"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "conftest",
+        "-p",
+        "no:cacheprovider",
+        "test_daemon.py",
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     run = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120

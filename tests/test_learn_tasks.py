@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from unidiff import PatchSet
 
+from sweflow.bench.learn import leak_rate
 from sweflow.instances import Instance, load_instances
 from sweflow.pipeline.sections import SplitSection
 from sweflow.synth.config import load_config
+from sweflow.synth.leaks import gold_file_leaks
 
 ROOT = Path(__file__).resolve().parent.parent
 LEARN = ROOT / "data" / "learn"
@@ -69,3 +71,23 @@ def test_no_statement_names_the_changed_file_or_line(tasks) -> None:
                 for line in range(hunk.source_start, hunk.source_start + hunk.source_length):
                     assert not re.search(rf"\bline {line}\b|\.py:{line}\b", text), task.instance_id
         assert not re.search(rf"\bline {task.synth['line']}\b", text), task.instance_id
+
+
+def test_the_leak_check_sees_dotted_modules_and_test_files(tasks) -> None:
+    """A statement that never writes ``itertoolz.py`` still gives it away through a dotted import
+    or a failing ``test_itertoolz.py``; the learning benchmark reports the share per split."""
+    assert gold_file_leaks("from toolz.itertoolz import get", ["toolz/itertoolz.py"]) == ["module"]
+    assert gold_file_leaks("from toolz import (a,\n itertoolz)", ["toolz/itertoolz.py"]) == [
+        "module"
+    ]
+    assert gold_file_leaks("`toolz/tests/test_itertoolz.py::t`", ["toolz/itertoolz.py"]) == [
+        "test_file"
+    ]
+    assert gold_file_leaks("see itertoolz.py", ["toolz/itertoolz.py"]) == ["file"]
+    assert not gold_file_leaks("the toolz package's get fails", ["toolz/itertoolz.py"])
+    assert not gold_file_leaks("import utils", ["utils.py"])  # a bare word is not a path
+    held = set(json.loads((LEARN / "split.json").read_text())["eval"])
+    heldout = [t for t in tasks if t.repo in held]
+    rate = leak_rate(heldout)
+    print(f"held-out statements that name their gold file some way: {rate:.0%} of {len(heldout)}")
+    assert 0 < rate < 1  # both kinds are there: the figure is worth reporting, not a constant

@@ -54,3 +54,26 @@ def test_a_bad_config_fails_the_flow_before_any_task_and_is_never_retried(tmp_pa
         run_pipeline(config, ["build_envs"])  # raises before Prefect is reached
     assert not retry_infrastructure_only(None, None, Failed(data=refused.value))
     assert retry_infrastructure_only(None, None, Failed(data=NotADirectoryError(20, "x")))
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("sft.learning_rate=inf", "sft.learning_rate: Input should be a finite number"),
+        ("sft.learning_rate=.nan", "sft.learning_rate: Input should be a finite number"),
+        ("model.temperature=-1", "model.temperature: Input should be greater than or equal to 0"),
+        ("sandbox.max_open=true", "sandbox.max_open: Value error, expected a number, not true"),
+        ("agent.max_steps=false", "agent.max_steps: Value error, expected a number, not true"),
+        ("name=../../x", "name: Value error, '../../x' contains '/'"),
+        ("run_dir=/etc", "run_dir: /etc is a folder of the system"),
+        ("run_dir=/", "run_dir: / is a folder of the system"),
+        ("envs.store=/usr/lib/store", "envs.store: /usr/lib/store is a folder of the system"),
+    ],
+)
+def test_values_that_are_no_setting_are_refused_naming_the_field(override: str, said: str):
+    """Each was accepted (issue 54): ``learning_rate: inf`` printed as JSON's invalid
+    ``Infinity``, ``max_open: true`` became 1, ``name: ../../x`` and ``run_dir: /etc`` were
+    taken as they were."""
+    with pytest.raises(PipelineConfigError) as refused:
+        load_pipeline_config(DEMO_CONFIG, [override], root=REPO)
+    assert said in str(refused.value) and "\n" not in str(refused.value)

@@ -22,15 +22,19 @@ from sweflow.pipeline.stages.common import (
     stage_inputs,
 )
 
-DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "tasks.jsonl"
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "data" / "demo" / "tasks.jsonl"
 pytestmark = pytest.mark.timeout(1200)
 
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory, wheelhouse: Path, tiny_smollm2: Path) -> PipelineConfig:
     rows = [json.loads(line) for line in DEMO.read_text().splitlines()]
-    ids = [r["instance_id"] for repo in ("parse", "cachetools", "toolz")
-           for r in [r for r in rows if r["repo"] == f"pypi/{repo}"][:2]]  # fmt: skip
+    ids = [
+        r["instance_id"]
+        for repo in ("parse", "cachetools", "toolz")
+        for r in [r for r in rows if r["repo"] == f"pypi/{repo}"][:2]
+    ]
     return PipelineConfig(
         name="stages",
         run_dir=tmp_path_factory.mktemp("run"),
@@ -44,16 +48,16 @@ def config(tmp_path_factory, wheelhouse: Path, tiny_smollm2: Path) -> PipelineCo
             "learning_rate": 5e-4,
             "max_seq_len": 1024,
             "activation_checkpointing": False,
-        },  # fmt: skip
+        },
         rl={
-            "rollout": "hf",
+            "trl": {"rollout": "hf"},
             "steps": 1,
             "tasks_per_step": 2,
             "rollouts_per_task": 2,
             "max_tokens_per_turn": 64,
             "max_response_length": 384,
             "learning_rate": 1e-5,
-        },  # fmt: skip
+        },
     )
 
 
@@ -63,7 +67,7 @@ def run(config: PipelineConfig, names: list[str]) -> dict[str, dict]:
     for name in names:
         stage = BY_NAME[name]
         upstream = {u: results[u] for u in (*stage.upstream, *stage.after) if u in results}
-        ctx = StageContext(config, upstream, lambda done, total, what: progress.append(what))
+        ctx = StageContext(config, upstream, lambda what, done=0, total=0: progress.append(what))
         results[name] = stage.function()(ctx).to_dict()
     return results
 
@@ -136,36 +140,44 @@ def test_the_report_puts_the_base_model_beside_the_trained_one(config, results, 
     import asyncio
 
     from sweflow.agent import Batch, ModelClient, ModelConfig
-    from sweflow.agent import jobs as agent_jobs
     from sweflow.agent.config import AgentConfig
-    from sweflow.agent.scripted import scripted_endpoint
+    from sweflow.agent.runs import jobs as agent_jobs
     from sweflow.envcache.builder import instance_sandbox_spec
     from sweflow.envcache.store import LayerStore
     from sweflow.pipeline.stages.agents import split_rows
-    from sweflow.pipeline.stages.report import baseline_key, report
+    from sweflow.pipeline.stages.report import baseline_key, measured_baselines, report
+    from sweflow.testing.scripted_model import scripted_endpoint
 
     ctx = StageContext(config, {"validate_envs": results["validate_envs"]})
     rows = split_rows(ctx, "eval", config.infer.limit)
     gold = rows[0].patch.split(" b/", 1)[1].split("\n", 1)[0]
-    turns = [{"content": f"THOUGHT: read it.\n\n```bash\ncat {gold}\n```"},
-             {"content": "THOUGHT: done.\n\n```bash\nsubmit\n```"}]  # fmt: skip
+    turns = [
+        {"content": f"THOUGHT: read it.\n\n```bash\ncat {gold}\n```"},
+        {"content": "THOUGHT: done.\n\n```bash\nsubmit\n```"},
+    ]
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"scripts": [], "default": turns}))
-    cache = tmp_path / "baselines.json"
+    cache = tmp_path / "baselines.json"  # as the demo's committed file: read, never written
+    cache.write_text("{}\n")
     with scripted_endpoint(script) as (url, _):
-        scripted = config.model_copy(update={
-            "model": config.model.model_copy(update={"url": url, "name": "scripted"}),
-            "agent": config.agent.model_copy(update={"tool_mode": "text"}),
-            "report": config.report.model_copy(update={"baseline_cache": cache}),
-        })  # fmt: skip
+        scripted = config.model_copy(
+            update={
+                "model": config.model.model_copy(update={"url": url, "name": "scripted"}),
+                "agent": config.agent.model_copy(update={"tool_mode": "text"}),
+                "report": config.report.model_copy(update={"baseline_cache": cache}),
+            }
+        )
         store = LayerStore(scripted.store())
 
         async def trained_runs() -> None:  # what infer would leave, from the same script
             client = ModelClient(ModelConfig(base_url=url, model="scripted"))
-            batch = Batch(client=client, agent=AgentConfig(tool_mode="text"),
-                          out_dir=scripted.run_dir / "infer", max_open_sandboxes=2,
-                          spec_for=lambda r: instance_sandbox_spec(store, r.instance_id),
-                          )  # fmt: skip
+            batch = Batch(
+                client=client,
+                agent=AgentConfig(tool_mode="text"),
+                out_dir=scripted.run_dir / "infer",
+                max_open_sandboxes=2,
+                spec_for=lambda r: instance_sandbox_spec(store, r.instance_id),
+            )
             await agent_jobs.infer(rows, batch, "scripted")
             await client.close()
 
@@ -183,9 +195,36 @@ def test_the_report_puts_the_base_model_beside_the_trained_one(config, results, 
     assert summary["sft"] and summary["environments"]["valid"] == 6
     text = Path(first.outputs["text"]).read_text()
     assert "SFT loss:" in text and "right file" in text and "golden trajectories:" in text
-    assert list(json.loads(cache.read_text()).values()) == [base]
+    assert cache.read_text() == "{}\n"  # the given cache is left as it was
+    assert list(json.loads(measured_baselines(scripted).read_text()).values()) == [base]
+    assert "base measured in this run" in text
+    page = Path(first.outputs["inspector"])  # every agent run of the run folder, linked
+    assert page == scripted.run_dir / "report" / "inspector.html" and page.is_file()
+    assert f"[Trajectory inspector]({page.as_uri()})" in first.markdown
     again = report(StageContext(scripted, upstream))  # the endpoint is gone: the cache answers
     assert json.loads(Path(again.outputs["summary"]).read_text())["heldout"]["base"] == base
+    cache.write_text(measured_baselines(scripted).read_text())  # the entry kept, as committed
+    measured_baselines(scripted).unlink()
+    third = report(StageContext(scripted, upstream))
+    assert json.loads(Path(third.outputs["summary"]).read_text())["heldout"]["base"] == base
     # a task whose statement was rewritten is another task: its base figures are measured again
     restated = rows[0].model_copy(update={"problem_statement": rows[0].problem_statement + "."})
     assert baseline_key(scripted, [restated, *rows[1:]]) != baseline_key(scripted, rows)
+
+
+def test_the_demos_committed_base_figures_are_found_by_its_key(smollm2: Path, tmp_path) -> None:
+    """configs/demo.yaml's report reads data/demo/baselines.json: the key its report computes
+    for the held-out tasks from a fresh checkout (the model made anew, so by content) is there,
+    so the demo measures no base model (a stale key cost the demo 446 s and rewrote the file)."""
+    from sweflow.pipeline.config import load_pipeline_config
+    from sweflow.pipeline.stages.report import baseline_key
+
+    config = load_pipeline_config(REPO / "configs" / "demo.yaml", root=REPO)
+    config = config.model_copy(update={"run_dir": tmp_path / "run"})
+    models = config.run_dir / "models"
+    models.mkdir(parents=True)
+    (models / config.model.source).symlink_to(smollm2)  # the folder the run would make
+    rows = split_tasks(config, load_tasks(config, config.dataset.path))["eval"]
+    key = baseline_key(config, rows[: config.infer.limit])
+    committed = json.loads(config.report.baseline_cache.read_text())
+    assert key in committed, f"{key} not in {config.report.baseline_cache}: {sorted(committed)}"

@@ -38,8 +38,22 @@ def _probe_wheel(version: str, out: Path) -> Path:
         '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
         f'[project]\nname = "sweflow-probe"\nversion = "{version}"\n'
     )
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index",
-                    "--no-build-isolation", "-w", str(out), str(source)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        check=True,
+    )
     return next(out.glob(f"sweflow_probe-{version}-*.whl"))
 
 
@@ -52,7 +66,7 @@ def upstream(tmp_path_factory, wheelhouse: Path) -> Iterator[str]:
         **{
             name: [(wheel, OLD) for wheel in wheelhouse.glob(f"{name}-*.whl")]
             for name in ("pip", "setuptools", "wheel")
-        },  # fmt: skip
+        },
     }
     by_name = {wheel.name: wheel for entries in files.values() for wheel, _ in entries}
 
@@ -62,10 +76,19 @@ def upstream(tmp_path_factory, wheelhouse: Path) -> Iterator[str]:
             if parts[0] == "files" and parts[1] in by_name:
                 body, kind = by_name[parts[1]].read_bytes(), "application/octet-stream"
             elif parts[0] == "simple" and parts[1] in files:
-                page = {"meta": {"api-version": "1.1"}, "name": parts[1], "files": [
-                    {"filename": w.name, "url": f"{base}/files/{w.name}", "upload-time": when,
-                     "hashes": {"sha256": hashlib.sha256(w.read_bytes()).hexdigest()}}
-                    for w, when in files[parts[1]]]}  # fmt: skip
+                page = {
+                    "meta": {"api-version": "1.1"},
+                    "name": parts[1],
+                    "files": [
+                        {
+                            "filename": w.name,
+                            "url": f"{base}/files/{w.name}",
+                            "upload-time": when,
+                            "hashes": {"sha256": hashlib.sha256(w.read_bytes()).hexdigest()},
+                        }
+                        for w, when in files[parts[1]]
+                    ],
+                }
                 body, kind = json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json"
             else:
                 self.send_error(404)
@@ -88,12 +111,20 @@ def upstream(tmp_path_factory, wheelhouse: Path) -> Iterator[str]:
 
 
 def test_files_uploaded_after_the_cutoff_are_hidden() -> None:
-    page = {"files": [
-        {"filename": "a-1.tar.gz", "url": "https://x/a-1.tar.gz", "upload-time": OLD,
-         "hashes": {"sha256": "ab"}, "requires-python": ">=3.8", "yanked": "broken"},
-        {"filename": "a-2.tar.gz", "url": "https://x/a-2.tar.gz", "upload-time": NEW},
-        {"filename": "a-0.tar.gz", "url": "https://x/a-0.tar.gz"},  # no date: kept
-    ]}  # fmt: skip
+    page = {
+        "files": [
+            {
+                "filename": "a-1.tar.gz",
+                "url": "https://x/a-1.tar.gz",
+                "upload-time": OLD,
+                "hashes": {"sha256": "ab"},
+                "requires-python": ">=3.8",
+                "yanked": "broken",
+            },
+            {"filename": "a-2.tar.gz", "url": "https://x/a-2.tar.gz", "upload-time": NEW},
+            {"filename": "a-0.tar.gz", "url": "https://x/a-0.tar.gz"},  # no date: kept
+        ]
+    }
     kept = kept_files(page, date(2024, 6, 27))
     assert [f["filename"] for f in kept] == ["a-1.tar.gz", "a-0.tar.gz"]
     assert [f["filename"] for f in kept_files(page, date(2025, 3, 1))] == [
@@ -108,9 +139,23 @@ def test_files_uploaded_after_the_cutoff_are_hidden() -> None:
 @pytest.mark.parametrize(("cutoff", "version"), [("2024-06-27", "1.0"), ("2025-06-01", "2.0")])
 def test_pip_resolves_as_of_the_cutoff(upstream: str, tmp_path: Path, cutoff, version) -> None:
     index = shared_index(upstream).url(date.fromisoformat(cutoff))
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--isolated",
-                    "--index-url", index, "-d", str(tmp_path), "sweflow-probe"],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--isolated",
+            "--index-url",
+            index,
+            "-d",
+            str(tmp_path),
+            "sweflow-probe",
+        ],
+        check=True,
+    )
     assert [p.name.split("-")[1] for p in tmp_path.glob("*.whl")] == [version]
 
 
@@ -135,5 +180,7 @@ def test_an_environment_build_resolves_as_of_its_spec_cutoff(
         layers = store.layer_paths(store.read_manifest(instance.instance_id))
         found = {p.name for layer in layers for p in layer.rglob("sweflow_probe-*.dist-info")}
         installed[cutoff] = found
-    assert installed == {"2024-06-27": {"sweflow_probe-1.0.dist-info"},
-                         "2025-06-01": {"sweflow_probe-2.0.dist-info"}}  # fmt: skip
+    assert installed == {
+        "2024-06-27": {"sweflow_probe-1.0.dist-info"},
+        "2025-06-01": {"sweflow_probe-2.0.dist-info"},
+    }

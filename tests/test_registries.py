@@ -18,14 +18,15 @@ from sweflow.agent.templates import text_instructions, tools_instructions
 from sweflow.agent.tools import TOOL_SPECS, TOOLS, TOOLS_BY_NAME, Tool
 from sweflow.cli import app
 from sweflow.cluster.base import Node
-from sweflow.cluster.executors import EXECUTORS
+from sweflow.cluster.executors import EXECUTORS, NOTIFYING, make_executor
+from sweflow.cluster.local import LocalExecutor
 from sweflow.envcache.builder import instance_sandbox_spec
+from sweflow.envcache.dataset import Dataset
 from sweflow.envcache.store import LayerStore
 from sweflow.errors import ConfigError, InfrastructureError, is_infrastructure
 from sweflow.grading import Grader
 from sweflow.grading.evaluate import evaluate
 from sweflow.grading.predictions import gold_predictions
-from sweflow.instances import load_instances
 from sweflow.pipeline.config import (
     STAGE_NAMES,
     PipelineConfig,
@@ -44,7 +45,7 @@ from sweflow.sandbox import (
 )
 from sweflow.sandbox.base import Sandbox
 from sweflow.sandbox.local import LocalSandbox
-from sweflow.training.rl.backend import RLBackend, RLRun, StepProgress, rl_backend
+from sweflow.training.rl.backend import OnRLStep, RLBackend, RLRun, rl_backend
 from sweflow.training.rl.backends import RL_BACKENDS, RLBackendError
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.result import RLResult
@@ -82,8 +83,15 @@ def test_every_stage_has_its_section_task_flow_and_deployment() -> None:
 
 def test_needed_and_forced_follow_the_declared_upstream() -> None:
     config = load_pipeline_config(DEMO_CONFIG)
-    chain = ["build_envs", "validate_envs", "collect_trajectories", "sft", "rl", "infer",
-             "evaluate"]  # fmt: skip
+    chain = [
+        "build_envs",
+        "validate_envs",
+        "collect_trajectories",
+        "sft",
+        "rl",
+        "infer",
+        "evaluate",
+    ]
     assert config.needed(["evaluate"]) == chain  # infer serves the run's fine-tuned model
     no_training = config.model_copy(update={"stages": ["build_envs", "infer", "evaluate"]})
     assert no_training.needed(["evaluate"]) == ["build_envs", "validate_envs", "infer", "evaluate"]
@@ -96,9 +104,15 @@ def test_needed_and_forced_follow_the_declared_upstream() -> None:
 def test_dotted_overrides_reach_the_embedded_library_models(tmp_path: Path) -> None:
     config = load_pipeline_config(
         DEMO_CONFIG,
-        ["agent.max_steps=12", "agent.command_timeout_s=30", "model.temperature=0.7",
-         "eval.run_id=again", "dataset.instances=[a, b]", "sandbox.backend=docker"],
-    )  # fmt: skip
+        [
+            "agent.max_steps=12",
+            "agent.command_timeout_s=30",
+            "model.temperature=0.7",
+            "eval.run_id=again",
+            "dataset.instances=[a, b]",
+            "sandbox.backend=docker",
+        ],
+    )
     agent = config.agent.agent_config("text")
     assert (agent.max_steps, agent.command_timeout_s, agent.tool_mode) == (12, 30.0, "text")
     assert config.model.temperature == 0.7 and config.eval.run_id == "again"
@@ -199,31 +213,83 @@ class InlineExecutor:
 
 
 def test_an_executor_is_one_class_and_one_registration(
-    monkeypatch: pytest.MonkeyPatch, grading_data, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, grading_data, grading_store, tmp_path: Path
 ) -> None:
     """Registered, the new executor is a config choice and grades real predictions through the
     stages' own entry points; unregistered, the config refuses it by name."""
-    with pytest.raises(ValidationError, match="executor: 'inline' is not one of local, ray"):
-        PipelineConfig(executor="inline")
+    refused = re.escape("unknown executor 'inline'; choose one of local | ray")
+    with pytest.raises(ValidationError, match=refused):
+        PipelineConfig(executor={"name": "inline"})
     monkeypatch.setitem(EXECUTORS, "inline", f"{__name__}:InlineExecutor")
-    config = PipelineConfig(executor="inline", envs={"store": grading_data.store})
+    config = PipelineConfig(executor={"name": "inline"}, envs={"store": grading_store})
     executor = make_stage_executor(config)
-    assert isinstance(executor, InlineExecutor) and executor.node.store == grading_data.store
-    instances = grading_data.instances[:2]
-    summary = evaluate(Grader(grading_data.store, grading_data.specs), instances,
-                       gold_predictions(instances), "inline", root=tmp_path,
-                       report_dir=tmp_path, executor=executor)  # fmt: skip
+    assert isinstance(executor, InlineExecutor) and executor.node.store == grading_store
+    instances = grading_data.rows[:2]
+    summary = evaluate(
+        Grader(grading_store, grading_data.specs),
+        instances,
+        gold_predictions(instances),
+        "inline",
+        root=tmp_path,
+        report_dir=tmp_path,
+        executor=executor,
+    )
     assert executor.done == [i.instance_id for i in instances]
     assert [o.resolved for o in summary.outcomes] == [True, True]
     with executor.open_sandbox(instances[0].instance_id, "local") as sandbox:
         assert sandbox.exec("git status --short").output == ""
 
 
+def test_every_registry_takes_a_dotted_path_and_names_kind_name_and_choices(
+    tmp_path: Path,
+) -> None:
+    """One loader for executors, RL backends, sandbox backends and stages: a dotted path works
+    where a built-in name does, and a bad one is told with what it is and what exists."""
+    inline = {"name": f"{__name__}:InlineExecutor"}
+    executor = make_stage_executor(
+        PipelineConfig(executor=inline, envs={"store": tmp_path / "store"})
+    )
+    assert isinstance(executor, InlineExecutor)
+    assert isinstance(rl_backend(f"{__name__}:ToyRLBackend"), ToyRLBackend)
+    assert RLConfig(backend=f"{__name__}.ToyRLBackend").backend == f"{__name__}.ToyRLBackend"
+    with pytest.raises(ConfigError, match="executor 'sweflow.nowhere:X' cannot be imported"):
+        make_stage_executor(PipelineConfig(executor={"name": "sweflow.nowhere:X"}))
+    refused = re.escape("unknown RL backend 'tr l'; choose one of trl | verl, or a dotted path")
+    with pytest.raises(RLBackendError, match=refused):
+        rl_backend("tr l")
+    assert all(callable(stage.function()) for stage in STAGES)
+
+
 def test_the_config_form_lists_the_executors() -> None:
     schema = PipelineConfig.model_json_schema()
-    assert schema["properties"]["executor"]["enum"] == list(EXECUTORS)
+    assert schema["$defs"]["ExecutorSection"]["properties"]["name"]["enum"] == list(EXECUTORS)
     for name in EXECUTORS:
-        assert PipelineConfig(executor=name).executor == name
+        assert PipelineConfig(executor={"name": name}).executor.name == name
+
+
+def test_an_executors_options_are_under_its_name_and_the_old_keys_say_where_they_went() -> None:
+    """``executor.ray`` holds Ray's options and only the named executor gets its own; the
+    earlier ``executor: NAME`` and top-level ``ray:`` are refused naming their new place."""
+    config = PipelineConfig(executor={"name": "ray", "ray": {"address": "auto"}})
+    assert config.executor.options()["address"] == "auto"
+    assert PipelineConfig(executor={"ray": {"address": "auto"}}).executor.options() == {}
+    for old, moved in (
+        ({"ray": {}}, "ray moved to executor.ray"),
+        ({"executor": "ray"}, "executor moved to executor.name"),
+    ):
+        with pytest.raises(ValidationError, match=moved):
+            PipelineConfig(**old)
+    with pytest.raises(ValidationError, match="executor.ray.max_retries"):
+        PipelineConfig(executor={"ray": {"max_retries": -1}})
+
+
+def test_the_registry_hands_notify_only_to_executors_that_wait(tmp_path: Path) -> None:
+    """The CLI gives every executor its console; only those that wait (Ray's, NOTIFYING) take
+    it, so that a local or dotted-path executor needs no such argument."""
+    said: list[str] = []
+    assert isinstance(make_executor("local", tmp_path, notify=said.append), LocalExecutor)
+    inline = make_executor(f"{__name__}:InlineExecutor", tmp_path, notify=said.append)
+    assert isinstance(inline, InlineExecutor) and NOTIFYING == {"ray"}
 
 
 # -- agent tools -----------------------------------------------------------------------------------
@@ -238,8 +304,14 @@ def test_tools_are_registered_once_and_dispatched_by_name() -> None:
 
 def test_the_prompts_name_every_registered_tool() -> None:
     """A new tool reaches the instructions of both modes with no edit to the templates."""
-    grep = Tool("grep", "Search files.", {"type": "object", "properties": {}}, TOOLS[0].run,
-                brief="searches files", text_examples=("grep -rn 'text' /testbed",))  # fmt: skip
+    grep = Tool(
+        "grep",
+        "Search files.",
+        {"type": "object", "properties": {}},
+        TOOLS[0].run,
+        brief="searches files",
+        text_examples=("grep -rn 'text' /testbed",),
+    )
     tools = (*TOOLS[:-1], grep, TOOLS[-1])
     assert "`grep` searches files" in tools_instructions(tools)
     assert "`grep`" not in tools_instructions(TOOLS)
@@ -263,11 +335,16 @@ class ToyRLBackend:
         ASKED.append("resume")
         return None
 
-    def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
+    def train(self, run: RLRun, resume: Path | None, progress: OnRLStep | None) -> RLResult:
         ASKED.append("train")
-        return RLResult(model=str(run.out), base_model=run.base_model, backend="toy",
-                        inputs_digest=run.inputs, tasks=len(run.tasks),
-                        steps=run.rl.steps)  # fmt: skip
+        return RLResult(
+            model=str(run.out),
+            base_model=run.base_model,
+            backend="toy",
+            inputs_digest=run.inputs,
+            tasks=len(run.tasks),
+            steps=run.rl.steps,
+        )
 
 
 def test_a_new_rl_backend_is_one_class_and_one_registry_line(monkeypatch, tmp_path: Path) -> None:
@@ -277,13 +354,22 @@ def test_a_new_rl_backend_is_one_class_and_one_registry_line(monkeypatch, tmp_pa
     monkeypatch.setitem(RL_BACKENDS, "toy", f"{__name__}:ToyRLBackend")
     ASKED.clear()
     rl = RLConfig(backend="toy", steps=3)
-    tasks = load_instances(ROOT / "data" / "demo" / "tasks.jsonl").raise_for_errors()[:2]
+    demo = Dataset.load(ROOT / "data" / "demo" / "tasks.jsonl", limit=2)
+    tasks = demo.rows
     policy = tmp_path / "policy"
     policy.mkdir()
     (policy / "config.json").write_text("{}")
-    result = train(tasks, policy, tmp_path / "rl", tmp_path / "rl" / "model", rl,
-                   store=tmp_path / "store", specs=ROOT / "data" / "demo" / "specs.yaml",
-                   agent=AgentConfig(), policy_name="toy-policy")  # fmt: skip
+    result = train(
+        tasks,
+        policy,
+        tmp_path / "rl",
+        tmp_path / "rl" / "model",
+        rl,
+        store=tmp_path / "store",
+        specs=demo.specs,
+        agent=AgentConfig(),
+        policy_name="toy-policy",
+    )
     assert ASKED == ["result", "resume", "train"]
     assert result.backend == "toy" and result.model == str(tmp_path / "rl" / "model")
     assert (result.base_model, result.tasks, result.steps) == ("toy-policy", 2, 3)

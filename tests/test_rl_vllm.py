@@ -23,7 +23,6 @@ import torch
 from conftest import trained_as_sampled
 from safetensors.torch import load_file
 
-from sweflow.envcache.dataset import dataset_specs
 from sweflow.sandbox.procs import group_members, shared_memory_of
 from sweflow.serving.vllm import vllm_installed
 from sweflow.training.chat import ChatEncoder
@@ -40,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # at once, some take several turns, some reply with no action), so their rewards spread
 SHORT = {
     "temperature": 1.5,
-    "rollout": "vllm",
+    "trl": {"rollout": "vllm"},
     "max_tokens_per_turn": 64,
     "max_response_length": 512,
     "format_error_penalty": 0.1,
@@ -87,15 +86,22 @@ def test_the_served_policy_follows_the_trainer_within_the_staleness_bound(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    tasks = {t.instance_id: t for t in demo_replays[0].instances[:2]}
+    tasks = {t.instance_id: t for t in demo_replays.data.rows[:2]}
     encoder = ChatEncoder(rl_policy)
     model = AutoModelForCausalLM.from_pretrained(str(rl_policy), dtype=torch.float32)
     sync = RLConfig(tasks_per_step=1, rollouts_per_task=2, **SHORT)
     with serve_policy(rl_policy, sync, tmp_path / "vllm.log", gpu=False) as served:
         assert_serves(model, served, encoder)  # version 0: the policy folder it started on
         # synchronous steps: the weights are refreshed before the step after an update
-        rollouts = Rollouts(tasks, rl_env, encoder, sync, served, tmp_path / "sync",
-                            WeightFolders(tmp_path / "weights-sync"))  # fmt: skip
+        rollouts = Rollouts(
+            tasks,
+            rl_env,
+            encoder,
+            sync,
+            served,
+            tmp_path / "sync",
+            WeightFolders(tmp_path / "weights-sync"),
+        )
         try:
             rollouts.start(0, model, last_step=2)
             first = rollouts.take(1)
@@ -109,8 +115,9 @@ def test_the_served_policy_follows_the_trainer_within_the_staleness_bound(
             second = rollouts.take(2)
             assert served.version == 1 and second.record.weight_sync_s > 0
             assert second.lags == [0, 0] and {e.policy_version for e in second.episodes} == {1}
-            turns = [e for e in first.episodes + second.episodes
-                     if not e.infra_failure and e.steps >= 2]  # fmt: skip
+            turns = [
+                e for e in first.episodes + second.episodes if not e.infra_failure and e.steps >= 2
+            ]
             assert turns, "no episode took a second turn: nothing to check the masks on"
             for episode in turns:
                 trained_as_sampled(episode, encoder)
@@ -119,9 +126,16 @@ def test_the_served_policy_follows_the_trainer_within_the_staleness_bound(
         assert_serves(model, served, encoder)  # the refreshed weights are the trainer's
 
         # asynchronous steps: step k+1 generates while step k "updates", at most 1 update behind
-        ahead = sync.model_copy(update={"max_staleness": 1})
-        rollouts = Rollouts(tasks, rl_env, encoder, ahead, served, tmp_path / "async",
-                            WeightFolders(tmp_path / "weights-async"))  # fmt: skip
+        ahead = sync.model_copy(update={"trl": sync.trl.model_copy(update={"max_staleness": 1})})
+        rollouts = Rollouts(
+            tasks,
+            rl_env,
+            encoder,
+            ahead,
+            served,
+            tmp_path / "async",
+            WeightFolders(tmp_path / "weights-async"),
+        )
         lags: dict[int, list[int]] = {}
         try:
             rollouts.start(1, model, last_step=4)
@@ -166,8 +180,11 @@ def test_the_served_policy_follows_the_trainer_within_the_staleness_bound(
 def _listening_pid(base_url: str) -> int:
     """The process listening on the server's port (the vLLM API server, its group's leader)."""
     port = urlsplit(base_url).port
-    return next(c.pid for c in psutil.net_connections("tcp")
-                if c.status == psutil.CONN_LISTEN and c.laddr.port == port)  # fmt: skip
+    return next(
+        c.pid
+        for c in psutil.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    )
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -175,14 +192,28 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_asynchronous_grpo_on_a_served_policy(serving, rl_policy, rl_env, demo_replays, tmp_path):
-    tasks = demo_replays[0].instances[:1]  # fewer than a step's: the schedule takes it twice
+    tasks = demo_replays.data.rows[:1]  # fewer than a step's: the schedule takes it twice
     # a KL penalty makes every episode's passes count, so each has a ratio (with none, a group
     # of equal rewards is skipped as idle and a step may have no ratio to check)
-    rl = RLConfig(max_staleness=1, steps=3, tasks_per_step=2, rollouts_per_task=2,
-                  learning_rate=1e-3, checkpoint_every=1, kl_coef=0.01, **SHORT)  # fmt: skip
-    result = train(tasks, rl_policy, tmp_path, tmp_path / "model", rl,
-                   store=demo_replays[0].store, specs=dataset_specs(demo_replays[0].dataset),
-                   agent=rl_env.agent)  # fmt: skip
+    rl = RLConfig(
+        steps=3,
+        tasks_per_step=2,
+        rollouts_per_task=2,
+        learning_rate=1e-3,
+        checkpoint_every=1,
+        kl_coef=0.01,
+        **{**SHORT, "trl": {"rollout": "vllm", "max_staleness": 1}},
+    )
+    result = train(
+        tasks,
+        rl_policy,
+        tmp_path,
+        tmp_path / "model",
+        rl,
+        store=demo_replays.store,
+        specs=demo_replays.data.specs,
+        agent=rl_env.agent,
+    )
 
     records = read_records(tmp_path / "metrics.jsonl")
     assert result.steps == 3 and [r["step"] for r in records] == [1, 2, 3]
@@ -194,8 +225,11 @@ def test_asynchronous_grpo_on_a_served_policy(serving, rl_policy, rl_env, demo_r
     assert all(r["extra"]["idle_episodes"] == 0 for r in records)  # the KL term needs them all
     # the ratio is exactly 1 on-policy; off-policy it is the trained policy over the sampler's
     # log-probabilities (never exactly 1: at the least the two compute differently)
-    on = [r["extra"]["importance_ratio/on_policy"] for r in records
-          if "importance_ratio/on_policy" in r["extra"]]  # fmt: skip
+    on = [
+        r["extra"]["importance_ratio/on_policy"]
+        for r in records
+        if "importance_ratio/on_policy" in r["extra"]
+    ]
     assert on and set(on) == {1.0}
     off = records[1]["extra"]["importance_ratio/off_policy"]  # step 2: policy 1, sampled by 0
     assert off != 1.0

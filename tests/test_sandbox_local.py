@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -86,6 +87,7 @@ def test_missing_layer_dir_is_named(sandbox_spec, tmp_path):
         open_sandbox(sandbox_spec(missing))
 
 
+@pytest.mark.isolating  # opens a local sandbox itself
 def test_layer_without_bash_fails_clearly(tmp_path):
     from sweflow.sandbox import SandboxSpec
 
@@ -110,6 +112,40 @@ def test_close_kills_the_init_and_removes_the_state_dir(sandbox_spec):
         assert state.is_dir()
     assert not Path(f"/proc/{init_pid}").exists()
     assert not state.exists()
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def test_read_and_write_refuse_a_fifo_without_blocking_on_it(local_sandbox):
+    """A FIFO opened to read waits for a writer, and to write for a reader: forever, in the
+    host thread that opened it (issue 54). Both are refused before any open that waits."""
+    sb = local_sandbox
+    assert sb.exec("mkfifo /testbed/pipe && ln -s /testbed/pipe /testbed/to-pipe").ok
+    outcome: dict[str, str] = {}
+
+    def attempt(name, call) -> None:
+        try:
+            call()
+            outcome[name] = "done"
+        except SandboxError as exc:
+            outcome[name] = str(exc)
+
+    calls = {
+        "read": lambda: sb.read("/testbed/pipe"),
+        "read-link": lambda: sb.read("/testbed/to-pipe"),
+        "write": lambda: sb.write("/testbed/pipe", "x"),
+        "write-link": lambda: sb.write("/testbed/to-pipe", "x"),
+    }
+    threads = [threading.Thread(target=attempt, args=item, daemon=True) for item in calls.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)  # a blocked open never returns: the check below names it
+    assert {name: "not a regular file" in outcome.get(name, "blocked") for name in calls} == {
+        name: True for name in calls
+    }, outcome
+    assert sb.exec("test -p /testbed/pipe").ok  # refused, not replaced
 
 
 # -- rootless and error messages -------------------------------------------------------------------
@@ -154,10 +190,20 @@ def rootless_env(bookworm_rootfs):
         pwd.getpwnam(ROOTLESS_USER)
     except KeyError:
         subprocess.run(
-            ["useradd", "--system", "--user-group", "--no-create-home",
-             "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", ROOTLESS_USER],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                ROOTLESS_USER,
+            ],
+            check=True,
+            capture_output=True,
+        )
     user = pwd.getpwnam(ROOTLESS_USER)
     base = Path(tempfile.mkdtemp(prefix="sweflow-rootless-"))
     try:
@@ -183,8 +229,12 @@ def run_as(user: pwd.struct_passwd, base: Path, *args: str) -> subprocess.Comple
     argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
     return subprocess.run(
         [*argv, sys.executable, str(base / "run.py"), *args],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.rootless
@@ -251,8 +301,11 @@ def test_user_namespaces_disabled_is_a_clear_error(bookworm_rootfs, tmp_path):
             "SWEFLOW_STATE_DIR": str(tmp_path / "state"),
             "PYTHONPATH": str(REPO_ROOT),
         },
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert Path("/proc/sys/user/max_user_namespaces").read_text() == host_limit
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "user namespaces" in proc.stdout

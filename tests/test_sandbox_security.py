@@ -530,8 +530,11 @@ def test_huge_output_is_capped_without_memory_blowup(bookworm_rootfs, tmp_path):
     script.write_text(HUGE_OUTPUT)
     proc = subprocess.run(
         [sys.executable, str(script), str(bookworm_rootfs)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["exit"] == 0

@@ -46,14 +46,28 @@ def leaks(state: Path, ids: set[str], namespaces: set[str]) -> dict[str, list[st
     found: dict[str, list[str]] = {"mounts": [], "processes": [], "cgroups": [], "state": []}
     with open("/proc/self/mountinfo") as f:
         found["mounts"] = [line.strip() for line in f if str(state) in line]
+    processes = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             cmdline = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            status = Path(f"/proc/{name}/status").read_text()
         except OSError:
             continue
-        if str(state) in cmdline or pid_ns(int(name)) in namespaces:
+        nspid = next(
+            (line.split()[-1] for line in status.splitlines() if line.startswith("NSpid:")), ""
+        )
+        processes[name] = (cmdline, pid_ns(int(name)), nspid)
+    # A pid namespace's number is reused once it is gone: one with a live init that is not ours
+    # (another user's sandbox, opened since) is not a leak of ours.
+    foreign = {
+        ns
+        for cmdline, ns, nspid in processes.values()
+        if nspid == "1" and str(state) not in cmdline
+    }
+    for name, (cmdline, ns, _) in processes.items():
+        if str(state) in cmdline or (ns in namespaces and ns not in foreign):
             found["processes"].append(f"{name}: {cmdline[:200]}")
     for sandbox_id in ids:
         found["cgroups"] += glob.glob(f"/sys/fs/cgroup/*/sweflow/{sandbox_id}")

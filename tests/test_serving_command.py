@@ -93,16 +93,26 @@ def test_a_failed_block_kills_the_server_at_once_and_leaves_nothing(tmp_path: Pa
     server.write_text(f"#!{sys.executable}\n{STUCK_SERVER}")
     server.chmod(0o755)
     note = tmp_path / "segment"
-    cfg = ServeConfig(model=model_folder(tmp_path / "m", "llama", ""), port=free_port(),
-                      python=str(server), env={"SEGMENT_NOTE": str(note)})  # fmt: skip
+    cfg = ServeConfig(
+        model=model_folder(tmp_path / "m", "llama", ""),
+        port=free_port(),
+        python=str(server),
+        env={"SEGMENT_NOTE": str(note)},
+    )
     began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         with vllm_server(cfg, tmp_path / "serve.log"):
-            (pid,) = [child for child, _ in children_of(os.getpid())  # the group's leader
-                      if str(server) in _cmdline(child)]  # fmt: skip
+            (pid,) = [
+                child
+                for child, _ in children_of(os.getpid())  # the group's leader
+                if str(server) in _cmdline(child)
+            ]
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            sockets = Path(next(v for v in environ if v.startswith(b"VLLM_RPC_BASE_PATH="))
-                           .split(b"=", 1)[1].decode())  # fmt: skip
+            sockets = Path(
+                next(v for v in environ if v.startswith(b"VLLM_RPC_BASE_PATH="))
+                .split(b"=", 1)[1]
+                .decode()
+            )
             segment = Path("/dev/shm") / note.read_text().lstrip("/")
             assert segment.exists() and (sockets / "engine").exists()
             assert len(group_members(pid)) >= 2  # the server and its engine

@@ -63,13 +63,16 @@ def test_training_tokens_are_the_tokens_the_served_model_receives(
     url = served[0].removesuffix("/v1")
     encoder = ChatEncoder(model_dir)
     checked = 0
-    for line in (demo_replays[1] / "sft.jsonl").read_text().splitlines():
+    for line in (demo_replays.collected / "sft.jsonl").read_text().splitlines():
         record = json.loads(line)
         encoded = encoder.encode(record["messages"], record.get("tools"))
         turns = [i for i, m in enumerate(record["messages"]) if m["role"] == "assistant"]
         for turn, length in zip(turns, encoded.prompt_lengths, strict=True):
-            body = {"model": "smollm2", "messages": record["messages"][:turn],
-                    "add_generation_prompt": True}  # fmt: skip
+            body = {
+                "model": "smollm2",
+                "messages": record["messages"][:turn],
+                "add_generation_prompt": True,
+            }
             served_tokens = post_json(f"{url}/tokenize", body)["tokens"]
             assert served_tokens == encoded.tokens[:length], (record["instance_id"], turn)
             checked += 1
@@ -97,18 +100,29 @@ def test_tool_call_conversations_render_as_vllm_renders_them(served, model_dir, 
     turns = [i for i, m in enumerate(CONVERSATION) if m["role"] == "assistant"]
     encoded = encoder.encode(CONVERSATION, TOOLS)
     for turn, length in zip(turns, encoded.prompt_lengths, strict=True):
-        body = {"model": "smollm2", "messages": CONVERSATION[:turn], "tools": TOOLS,
-                "chat_template": TOJSON_TEMPLATE, "add_generation_prompt": True}  # fmt: skip
+        body = {
+            "model": "smollm2",
+            "messages": CONVERSATION[:turn],
+            "tools": TOOLS,
+            "chat_template": TOJSON_TEMPLATE,
+            "add_generation_prompt": True,
+        }
         assert post_json(f"{url}/tokenize", body)["tokens"] == encoded.tokens[:length], turn
-    whole = {"model": "smollm2", "messages": CONVERSATION, "tools": TOOLS,
-             "chat_template": TOJSON_TEMPLATE, "add_generation_prompt": False}  # fmt: skip
+    whole = {
+        "model": "smollm2",
+        "messages": CONVERSATION,
+        "tools": TOOLS,
+        "chat_template": TOJSON_TEMPLATE,
+        "add_generation_prompt": False,
+    }
     assert post_json(f"{url}/tokenize", whole)["tokens"] == encoded.tokens
     assert '"arguments": {"command": "ls -la"}' in encoder.tokenizer.decode(encoded.tokens)
 
 
 def post_json(url: str, body: dict) -> dict:
-    request = urllib.request.Request(url, json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=120) as reply:
         return json.loads(reply.read())
 

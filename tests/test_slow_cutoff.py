@@ -26,16 +26,35 @@ def test_quick():
 
 def _run(tmp_path: Path, minutes_in: float, until: str | None) -> str:
     (tmp_path / "test_suite.py").write_text(SUITE)
-    env = {**os.environ, "PYTHONPATH": str(TESTS),
-           "SWEFLOW_TEST_BEGAN": str(time.time() - minutes_in * 60)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(TESTS),
+        "SWEFLOW_TEST_BEGAN": str(time.time() - minutes_in * 60),
+    }
     env.pop("SWEFLOW_SLOW_UNTIL_MIN", None)
     if until is not None:
         env["SWEFLOW_SLOW_UNTIL_MIN"] = until
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "conftest", "-rs", "-q", "-p", "no:cacheprovider",
-         "-W", "ignore::pytest.PytestUnknownMarkWarning", str(tmp_path / "test_suite.py")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "conftest",
+            "-rs",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore::pytest.PytestUnknownMarkWarning",
+            str(tmp_path / "test_suite.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return done.stdout + done.stderr
 
 

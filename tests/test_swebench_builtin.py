@@ -102,10 +102,16 @@ def test_test_directives_skip_data_files_and_follow_django() -> None:
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}  # fmt: skip
-    done = subprocess.run(["git", "-C", str(repo), *args], env=env, check=True,
-                          capture_output=True, text=True)  # fmt: skip
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": "/usr/bin:/bin",
+    }
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, text=True
+    )
     return done.stdout.strip()
 
 
@@ -138,12 +144,19 @@ def test_requirements_come_from_the_first_path_with_includes_inlined(repo: Path)
 
 
 def test_a_conda_environment_becomes_pip_requirements_or_a_named_reason() -> None:
-    yml = "name: t\ndependencies:\n  - python=3.10\n  - numpy=1.23\n  - matplotlib-base>=3.5\n" \
-          "  - hdf5\n  - conda-forge::pint\n  - cfgrib\n  - pip:\n    - numbagg\n"  # fmt: skip
+    yml = (
+        "name: t\ndependencies:\n  - python=3.10\n  - numpy=1.23\n  - matplotlib-base>=3.5\n"
+        "  - hdf5\n  - conda-forge::pint\n  - cfgrib\n  - pip:\n    - numbagg\n"
+    )
     text, left_out = conda_to_pip(yml, "env.yml")
     assert text.split("\n") == [
-        "numpy==1.23.*", "matplotlib>=3.5", "pint", "cfgrib", "ecmwflibs", "numbagg"
-    ]  # fmt: skip
+        "numpy==1.23.*",
+        "matplotlib>=3.5",
+        "pint",
+        "cfgrib",
+        "ecmwflibs",
+        "numbagg",
+    ]
     assert left_out == []
     yml = "dependencies:\n  - cdms2\n  - pynio\n  - numpy\n"
     with pytest.raises(RequirementsError, match="only on conda .*: cdms2, pynio"):
@@ -172,13 +185,20 @@ def test_the_scm_version_is_what_a_full_clone_would_give(repo: Path) -> None:
 def test_bad_rows_get_named_reasons_and_the_others_build(tmp_path: Path) -> None:
     """A repo that is not mirrored, a version absent from the table: named, per instance."""
     rows = list(ROWS.values())
-    lost = rows[0].model_copy(update={"instance_id": "lost-1", "repo": "nobody/lost"})
-    odd = rows[1].model_copy(update={"instance_id": "odd-1", "version": "99.9"})
     mirror = tmp_path / "mirror"
-    (mirror / rows[1].repo.replace("/", "__")).mkdir(parents=True)
-    _git(mirror / rows[1].repo.replace("/", "__"), "init", "-q")
-    builder = EnvBuilder(load_specs(BUILTIN_SPECS), BuildOptions(store=tmp_path / "s",
-                                                                 repo_mirror=mirror))  # fmt: skip
+    mirrored = mirror / rows[1].repo.replace("/", "__")
+    mirrored.mkdir(parents=True)
+    _git(mirrored, "init", "-q")
+    _git(mirrored, "commit", "-q", "--allow-empty", "-m", "base")
+    # odd's commit is in the mirror (else the build's first check refuses both rows at once)
+    head = _git(mirrored, "rev-parse", "HEAD")
+    lost = rows[0].model_copy(update={"instance_id": "lost-1", "repo": "nobody/lost"})
+    odd = rows[1].model_copy(
+        update={"instance_id": "odd-1", "version": "99.9", "base_commit": head}
+    )
+    builder = EnvBuilder(
+        load_specs(BUILTIN_SPECS), BuildOptions(store=tmp_path / "s", repo_mirror=mirror)
+    )
     lost_result, odd_result = builder.build([lost, odd])
     assert (
         lost_result.status == "error"

@@ -100,9 +100,17 @@ def test_candidate_order_is_seeded_and_interleaves_operators(tmp_path: Path) -> 
 
 def test_source_files_leave_out_tests_docs_and_packaging() -> None:
     paths = [
-        "setup.py", "pkg/__init__.py", "pkg/core.py", "pkg/tests/test_core.py", "tests/helper.py",
-        "docs/conf.py", "conftest.py", "pkg/core_test.py", "README.rst", "versioneer.py",
-    ]  # fmt: skip
+        "setup.py",
+        "pkg/__init__.py",
+        "pkg/core.py",
+        "pkg/tests/test_core.py",
+        "tests/helper.py",
+        "docs/conf.py",
+        "conftest.py",
+        "pkg/core_test.py",
+        "README.rst",
+        "versioneer.py",
+    ]
     assert source_files(paths) == ["pkg/__init__.py", "pkg/core.py"]
 
 

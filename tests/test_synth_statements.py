@@ -11,7 +11,7 @@ from pathlib import Path
 
 from unidiff import PatchSet
 
-from sweflow.agent.clues import reproduction
+from sweflow.agent.teacher.clues import reproduction
 from sweflow.instances import load_instances
 from sweflow.synth.reproduction import MAX_CHARS, standalone
 from sweflow.synth.tasks import Bug, problem_statement

@@ -28,8 +28,11 @@ TOJSON_TEMPLATE = """\
 {% endfor -%}
 {%- if add_generation_prompt %}<|im_start|>assistant
 {% endif -%}"""
-CALL = {"id": "c1", "type": "function",
-        "function": {"name": "bash", "arguments": json.dumps({"command": "ls -la"})}}  # fmt: skip
+CALL = {
+    "id": "c1",
+    "type": "function",
+    "function": {"name": "bash", "arguments": json.dumps({"command": "ls -la"})},
+}
 CONVERSATION = [
     {"role": "system", "content": "You fix bugs."},
     {"role": "user", "content": "Fix it."},
@@ -37,8 +40,16 @@ CONVERSATION = [
     {"role": "tool", "tool_call_id": "c1", "content": "setup.py"},
     {"role": "assistant", "content": "Done.", "tool_calls": []},
 ]
-TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command.",
-                                           "parameters": {"type": "object"}}}]  # fmt: skip
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a command.",
+            "parameters": {"type": "object"},
+        },
+    }
+]
 
 
 @pytest.fixture
@@ -64,8 +75,9 @@ def test_arguments_reach_the_template_as_objects(tojson_model: Path) -> None:
     assert '\\"command\\"' not in text  # the string form, encoded a second time
     assert as_vllm_renders(CONVERSATION)[-1] == {"role": "assistant", "content": "Done."}
     encoded = encoder.encode(CONVERSATION, TOOLS)  # the call shows: nothing refused
-    trained = encoder.tokenizer.decode([t for t, k in zip(encoded.tokens, encoded.trained,
-                                                           strict=True) if k])  # fmt: skip
+    trained = encoder.tokenizer.decode(
+        [t for t, k in zip(encoded.tokens, encoded.trained, strict=True) if k]
+    )
     assert '"arguments": {"command": "ls -la"}' in trained
 
 
@@ -81,9 +93,12 @@ def test_sft_on_tool_calls_the_template_drops_names_the_model_and_mode(
     tiny_smollm2: Path, tmp_path: Path
 ) -> None:
     data = tmp_path / "sft.jsonl"
-    data.write_text(json.dumps({"instance_id": "t-1", "messages": CONVERSATION,
-                                "tools": TOOLS}) + "\n")  # fmt: skip
-    result = CliRunner().invoke(app, ["train", "sft", "--data", str(data), "-m",
-                                      str(tiny_smollm2), "-o", str(tmp_path / "out")])  # fmt: skip
+    data.write_text(
+        json.dumps({"instance_id": "t-1", "messages": CONVERSATION, "tools": TOOLS}) + "\n"
+    )
+    result = CliRunner().invoke(
+        app,
+        ["train", "sft", "--data", str(data), "-m", str(tiny_smollm2), "-o", str(tmp_path / "out")],
+    )
     assert result.exit_code != 0
     assert str(tiny_smollm2) in result.output and "--tool-mode text" in result.output

@@ -20,8 +20,7 @@ from pydantic import ValidationError
 from safetensors.torch import load_file
 
 from sweflow.agent.config import AgentConfig
-from sweflow.envcache.dataset import dataset_specs
-from sweflow.instances import load_instances
+from sweflow.envcache.dataset import Dataset
 from sweflow.sandbox import SandboxStartError
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.rl.backend import RLError
@@ -37,7 +36,7 @@ pytestmark = pytest.mark.timeout(1200)
 # at once, some take several turns, some reply with no action), so their rewards spread
 SHORT = {
     "temperature": 1.5,
-    "rollout": "hf",
+    "trl": {"rollout": "hf"},
     "max_tokens_per_turn": 96,
     "max_response_length": 768,
     "format_error_penalty": 0.1,
@@ -55,17 +54,30 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 def test_two_grpo_steps_update_the_policy_on_sandboxed_rewards(
     rl_policy, rl_env, demo_replays, tmp_path
 ):
-    tasks = demo_replays[0].instances[:2]
-    rl = RLConfig(steps=2, tasks_per_step=2, rollouts_per_task=2, learning_rate=1e-4,
-                  checkpoint_every=1, **SHORT)  # fmt: skip
+    tasks = demo_replays.data.rows[:2]
+    rl = RLConfig(
+        steps=2,
+        tasks_per_step=2,
+        rollouts_per_task=2,
+        learning_rate=1e-4,
+        checkpoint_every=1,
+        **SHORT,
+    )
     steps: list[int] = []
     where = {
-        "store": demo_replays[0].store,
-        "specs": dataset_specs(demo_replays[0].dataset),
+        "store": demo_replays.store,
+        "specs": demo_replays.data.specs,
         "agent": rl_env.agent,
     }  # the fixture's episodes, as the CLI and the pipeline run them
-    result = train(tasks, rl_policy, tmp_path, tmp_path / "model", rl, **where,
-                   progress=lambda step, total, record: steps.append(step))  # fmt: skip
+    result = train(
+        tasks,
+        rl_policy,
+        tmp_path,
+        tmp_path / "model",
+        rl,
+        **where,
+        progress=lambda step, total, record: steps.append(step),
+    )
 
     assert result.steps == 2 and steps == [1, 2]
     records = read_records(tmp_path / "metrics.jsonl")
@@ -104,7 +116,7 @@ def test_trained_tokens_are_the_sampled_ones_and_observations_masked(
     generator = LocalGenerator(model, encoder.tokenizer, rl.temperature)
     for seed in range(8):  # an episode that submits at once has no observation to check
         torch.manual_seed(seed)
-        row = demo_replays[0].instances[0]
+        row = demo_replays.data.rows[0]
         episode = asyncio.run(run_episode(row, rl_env, encoder, generator, rl))
         assert not episode.infra_failure and episode.reward is not None
         if episode.steps > 1:
@@ -120,7 +132,7 @@ def test_infrastructure_failures_are_dropped_not_scored_zero(rl_policy, rl_env, 
     model = AutoModelForCausalLM.from_pretrained(str(rl_policy), dtype=torch.float32)
     encoder = ChatEncoder(rl_policy)
     generator = LocalGenerator(model, encoder.tokenizer, SHORT["temperature"])
-    row = demo_replays[0].instances[0]
+    row = demo_replays.data.rows[0]
 
     async def hangs(instance, patch):
         await asyncio.sleep(60)
@@ -147,8 +159,12 @@ def test_infrastructure_failures_are_dropped_not_scored_zero(rl_policy, rl_env, 
         ({"max_tokens_per_turn": 4096, "max_response_length": 1024}, "max_tokens_per_turn"),
         ({"steps": 0}, "steps"),
         ({"format_error_penalty": 0.2, "empty_patch_penalty": 0.1}, "empty_patch_penalty"),
-        ({"rollout": "hf", "max_staleness": 1}, "need rollout vllm"),
-        ({"rollout": "hf", "weight_sync_every": 2}, "need rollout vllm"),
+        ({"trl": {"rollout": "hf", "max_staleness": 1}}, "need rollout vllm"),
+        ({"trl": {"rollout": "hf", "weight_sync_every": 2}}, "need rollout vllm"),
+        ({"verl": {"tensor_parallel_size": 2}}, "tensor_parallel_size"),
+        ({"backend": "verl", "dynamic_sampling_rounds": 1}, "dynamic_sampling_rounds"),
+        ({"rollout": "hf"}, r"rl\.rollout moved to rl\.trl\.rollout"),
+        ({"nodes": 2}, r"rl\.nodes moved to rl\.verl\.nodes"),
     ],
 )
 def test_settings_that_cannot_work_together_are_refused_naming_them(settings, named):
@@ -180,10 +196,14 @@ def test_step_records_count_refusals_and_groups_without_signal() -> None:
 
 
 def test_compact_filtering_masks_episodes_that_hit_a_limit_and_counts_them() -> None:
-    out_of_turns = Episode("t", reward=0.0, exit_status="step_limit", response_ids=[1, 2],
-                           mask=[1, 0])  # fmt: skip
+    out_of_turns = Episode(
+        "t", reward=0.0, exit_status="step_limit", response_ids=[1, 2], mask=[1, 0]
+    )
     submitted = Episode("t", reward=1.0, exit_status="submitted", response_ids=[3], mask=[1])
-    plain, filtering = RLConfig(rollout="hf"), RLConfig(rollout="hf", compact_filtering=True)
+    plain, filtering = (
+        RLConfig(trl={"rollout": "hf"}),
+        RLConfig(trl={"rollout": "hf"}, compact_filtering=True),
+    )
     assert trained_mask(out_of_turns, plain) == [1, 0]
     assert trained_mask(out_of_turns, filtering) == [0, 0]
     assert trained_mask(submitted, filtering) == [1]
@@ -193,7 +213,7 @@ def test_compact_filtering_masks_episodes_that_hit_a_limit_and_counts_them() -> 
 
 
 def test_every_mode_trains_the_same_tasks_each_group_together() -> None:
-    rl = RLConfig(rollout="hf", tasks_per_step=2, rollouts_per_task=3, seed=7)
+    rl = RLConfig(trl={"rollout": "hf"}, tasks_per_step=2, rollouts_per_task=3, seed=7)
     tasks = ["c", "a", "b"]
     steps = [step_prompts(tasks, step, rl) for step in (1, 2, 3)]
     assert steps == [step_prompts(list(reversed(tasks)), step, rl) for step in (1, 2, 3)]
@@ -207,11 +227,19 @@ def test_a_vllm_that_does_not_start_names_the_way_round(tiny_smollm2, tmp_path, 
     """The serving interpreter here is the trainer's own, which has no vLLM."""
     monkeypatch.setenv("SWEFLOW_SERVE_PYTHON", sys.executable)
     demo = Path(__file__).resolve().parent.parent / "data" / "demo"
-    tasks = load_instances(demo / "tasks.jsonl").raise_for_errors()[:1]
-    rl = RLConfig(rollout="vllm", steps=1, tasks_per_step=1, rollouts_per_task=2)
-    with pytest.raises(RLError, match="rl.rollout: hf") as caught:
-        train(tasks, tiny_smollm2, tmp_path, tmp_path / "model", rl, store=tmp_path / "store",
-              specs=demo / "specs.yaml", agent=AgentConfig(tool_mode="text"))  # fmt: skip
+    data = Dataset.load(demo / "tasks.jsonl", limit=1)
+    rl = RLConfig(trl={"rollout": "vllm"}, steps=1, tasks_per_step=1, rollouts_per_task=2)
+    with pytest.raises(RLError, match="rl.trl.rollout: hf") as caught:
+        train(
+            data.rows,
+            tiny_smollm2,
+            tmp_path,
+            tmp_path / "model",
+            rl,
+            store=tmp_path / "store",
+            specs=data.specs,
+            agent=AgentConfig(tool_mode="text"),
+        )
     assert "No module named 'vllm'" in str(caught.value)
 
 
@@ -220,18 +248,24 @@ def test_an_episode_that_hacks_the_tests_earns_nothing(rl_env, tiny_smollm2, dem
     guard (on by default in RL) refuses it, so its reward is the unresolved one."""
     encoder = ChatEncoder(tiny_smollm2)
     eos = encoder.tokenizer.eos_token_id
-    hook = ("import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef "
-            "pytest_runtest_makereport(item, call):\n    outcome = yield\n"
-            "    outcome.get_result().outcome = 'passed'\n")  # fmt: skip
-    replies = iter([f"THOUGHT: make them pass.\n\n```bash\ncat > conftest.py <<'EOF'\n{hook}EOF"
-                    "\n```", "THOUGHT: done.\n\n```bash\nsubmit\n```"])  # fmt: skip
+    hook = (
+        "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef "
+        "pytest_runtest_makereport(item, call):\n    outcome = yield\n"
+        "    outcome.get_result().outcome = 'passed'\n"
+    )
+    replies = iter(
+        [
+            f"THOUGHT: make them pass.\n\n```bash\ncat > conftest.py <<'EOF'\n{hook}EOF\n```",
+            "THOUGHT: done.\n\n```bash\nsubmit\n```",
+        ]
+    )
 
     async def generate(ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
         tokens = encoder.tokenizer.encode(next(replies), add_special_tokens=False) + [eos]
         return tokens, [0.0] * len(tokens)
 
     rl = RLConfig(**SHORT)
-    episode = asyncio.run(run_episode(demo_replays[0].instances[0], rl_env, encoder, generate, rl))
+    episode = asyncio.run(run_episode(demo_replays.data.rows[0], rl_env, encoder, generate, rl))
     assert not episode.infra_failure and episode.exit_status == "submitted"
     assert (episode.resolved, episode.refused) == (False, "touches_tests")
     assert episode.reward == 0.0
@@ -246,8 +280,13 @@ def test_scale_advantages_reaches_both_trainers(tmp_path: Path) -> None:
     for scale, verl_norm in (("group", "true"), ("none", "false")):
         rl = RLConfig(scale_advantages=scale)
         assert grpo_arguments(rl, tmp_path / scale, cpu=True).scale_rewards == scale
-        settings = overrides(rl.model_copy(update={"backend": "verl"}), Path("p"),
-                             Path("t.parquet"), Path("l.yaml"), Path("w"))  # fmt: skip
+        settings = overrides(
+            rl.model_copy(update={"backend": "verl"}),
+            Path("p"),
+            Path("t.parquet"),
+            Path("l.yaml"),
+            Path("w"),
+        )
         assert f"algorithm.norm_adv_by_std_in_grpo={verl_norm}" in settings
     assert RLConfig().scale_advantages == "group"
     with pytest.raises(ValidationError, match="scale_advantages"):
@@ -260,8 +299,10 @@ def test_dynamic_sampling_draws_a_group_again_until_its_outcomes_differ() -> Non
     draws = iter([[False, False], [False, False], [True, False], [True, True]])
 
     async def draw() -> list[Episode]:
-        return [Episode("t", reward=float(ok), resolved=ok, response_ids=[1], mask=[1])
-                for ok in next(draws)]  # fmt: skip
+        return [
+            Episode("t", reward=float(ok), resolved=ok, response_ids=[1], mask=[1])
+            for ok in next(draws)
+        ]
 
     kept, earlier = asyncio.run(draw_group(draw, rounds=3))
     assert [e.resolved for e in kept] == [True, False] and len(earlier) == 4
@@ -288,11 +329,25 @@ def test_a_step_with_dynamic_sampling_trains_only_groups_whose_outcomes_differ(
 ):
     """The trainer end to end: the groups drawn again are saved beside the step's, counted in its
     record, and a masked group's episodes cost no forward or backward pass."""
-    tasks = demo_replays[0].instances[:1]
-    rl = RLConfig(steps=1, tasks_per_step=1, rollouts_per_task=2, dynamic_sampling_rounds=1,
-                  checkpoint_every=1, **SHORT)  # fmt: skip
-    train(tasks, rl_policy, tmp_path, tmp_path / "model", rl, store=demo_replays[0].store,
-          specs=dataset_specs(demo_replays[0].dataset), agent=rl_env.agent)  # fmt: skip
+    tasks = demo_replays.data.rows[:1]
+    rl = RLConfig(
+        steps=1,
+        tasks_per_step=1,
+        rollouts_per_task=2,
+        dynamic_sampling_rounds=1,
+        checkpoint_every=1,
+        **SHORT,
+    )
+    train(
+        tasks,
+        rl_policy,
+        tmp_path,
+        tmp_path / "model",
+        rl,
+        store=demo_replays.store,
+        specs=demo_replays.data.specs,
+        agent=rl_env.agent,
+    )
     (record,) = read_records(tmp_path / "metrics.jsonl")
     step = tmp_path / "rollouts" / "step-0001"
     redrawn = sorted((step / "redrawn").glob("*.json")) if (step / "redrawn").is_dir() else []

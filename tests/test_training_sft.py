@@ -33,14 +33,20 @@ FAST = {"max_seq_len": 1024, "learning_rate": 5e-4, "activation_checkpointing": 
 
 @pytest.fixture(scope="module")
 def sft_jsonl(demo_replays) -> Path:
-    return demo_replays[1] / "sft.jsonl"
+    return demo_replays.collected / "sft.jsonl"
 
 
 def test_a_few_steps_lower_the_loss_and_the_checkpoint_loads(tiny_smollm2, sft_jsonl, tmp_path):
     config = SFTConfig(**FAST, max_steps_per_epoch=4)
     steps = []
-    result = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", config,
-                       progress=lambda step, total, m: steps.append((step, total)))  # fmt: skip
+    result = train_sft(
+        sft_jsonl,
+        tiny_smollm2,
+        tmp_path,
+        tmp_path / "model",
+        config,
+        progress=lambda step, total, m: steps.append((step, total)),
+    )
     train = sft_data.load_examples(tmp_path / "data" / "train.jsonl")
     n = min(len(train), 4)  # batch 1: a step per sequence (a long conversation is several)
     assert len(train) == result.data["examples"] and steps == [(i, n) for i in range(1, n + 1)]
@@ -100,8 +106,7 @@ def test_a_killed_run_resumes_from_its_last_epoch(tiny_smollm2, sft_jsonl, tmp_p
     assert not (tmp_path / "model").exists()  # nothing half-written is published
     time.sleep(1.0)
     assert len(metrics(tmp_path)) == 3  # the recipe died with its parent: no step after
-    result = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model",
-                       SFTConfig(**settings))  # fmt: skip
+    result = train_sft(sft_jsonl, tiny_smollm2, tmp_path, tmp_path / "model", SFTConfig(**settings))
     assert "resume_from_checkpoint: true" in (tmp_path / "recipe.yaml").read_text()
     assert (tmp_path / "train.log").read_text().count("$ ") == 2
     assert [r["step"] for r in metrics(tmp_path)] == [1, 2, 3, 3, 4, 5, 6]  # epoch 1 again
@@ -118,28 +123,37 @@ def metrics(work: Path) -> list[dict]:
 def test_bad_lines_are_named_and_overlength_is_counted(tiny_smollm2, sft_jsonl, tmp_path):
     good = sft_jsonl.read_text().splitlines()
     data = tmp_path / "sft.jsonl"
-    lines = [good[0], "{not json", '{"messages": []}', good[1],
-             '{"messages": [{"role": "user", "content": "hi"}]}']  # fmt: skip
+    lines = [
+        good[0],
+        "{not json",
+        '{"messages": []}',
+        good[1],
+        '{"messages": [{"role": "user", "content": "hi"}]}',
+    ]
     data.write_text("\n".join(lines) + "\n")
     encoder = ChatEncoder(tiny_smollm2)
-    _, _, report = sft_data.prepare(data, encoder, tmp_path / "a", max_seq_len=8192,
-                                    overlength="truncate")  # fmt: skip
+    _, _, report = sft_data.prepare(
+        data, encoder, tmp_path / "a", max_seq_len=8192, overlength="truncate"
+    )
     assert report.lines == 5 and report.examples == 2
     assert [m.split(":")[0] for m in report.malformed] == ["line 2", "line 3", "line 5"]
     assert "no assistant turn" in report.malformed[2]
     lengths = sorted(len(e.tokens) for e in sft_data.load_examples(tmp_path / "a" / "train.jsonl"))
     limit = (lengths[0] + lengths[1]) // 2  # the shorter fits, the longer does not
-    _, _, cut = sft_data.prepare(data, encoder, tmp_path / "b", max_seq_len=limit,
-                                 overlength="truncate")  # fmt: skip
-    _, _, skipped = sft_data.prepare(data, encoder, tmp_path / "c", max_seq_len=limit,
-                                     overlength="skip")  # fmt: skip
+    _, _, cut = sft_data.prepare(
+        data, encoder, tmp_path / "b", max_seq_len=limit, overlength="truncate"
+    )
+    _, _, skipped = sft_data.prepare(
+        data, encoder, tmp_path / "c", max_seq_len=limit, overlength="skip"
+    )
     assert (cut.examples, cut.truncated) == (2, 1)
     assert (skipped.examples, skipped.skipped_overlength) == (1, 1)
     rows = sft_data.load_examples(tmp_path / "b" / "train.jsonl")
     assert all(len(r.tokens) <= limit and any(label != IGNORE for label in r.labels) for r in rows)
     with pytest.raises(SFTDataError, match=f"2 over max_seq_len {lengths[0] - 1}"):
-        sft_data.prepare(data, encoder, tmp_path / "d", max_seq_len=lengths[0] - 1,
-                         overlength="skip")  # fmt: skip
+        sft_data.prepare(
+            data, encoder, tmp_path / "d", max_seq_len=lengths[0] - 1, overlength="skip"
+        )
 
 
 def test_token_counts_are_the_train_splits_that_throughput_divides(
@@ -147,9 +161,15 @@ def test_token_counts_are_the_train_splits_that_throughput_divides(
 ):
     """tokens_per_s divides the tokens by the train examples: held-out tokens were counted in."""
     encoder = ChatEncoder(tiny_smollm2)
-    _, heldout, report = sft_data.prepare(sft_jsonl, encoder, tmp_path, max_seq_len=8192,
-                                          overlength="truncate", heldout_fraction=0.5,
-                                          seed=4)  # fmt: skip
+    _, heldout, report = sft_data.prepare(
+        sft_jsonl,
+        encoder,
+        tmp_path,
+        max_seq_len=8192,
+        overlength="truncate",
+        heldout_fraction=0.5,
+        seed=4,
+    )
     train = sft_data.load_examples(tmp_path / "train.jsonl")
     assert heldout is not None and report.heldout_examples and len(train) == report.examples
     assert report.tokens == sum(len(e.tokens) for e in train)
@@ -159,8 +179,9 @@ def test_token_counts_are_the_train_splits_that_throughput_divides(
 @pytest.fixture
 def longest(tiny_smollm2, sft_jsonl, tmp_path):
     """The longest replay alone in a data file: (its record, the file, an encoder, its tokens)."""
-    record = max(map(json.loads, sft_jsonl.read_text().splitlines()),
-                 key=lambda r: len(r["messages"]))  # fmt: skip
+    record = max(
+        map(json.loads, sft_jsonl.read_text().splitlines()), key=lambda r: len(r["messages"])
+    )
     data = tmp_path / "sft.jsonl"
     data.write_text(json.dumps(record) + "\n")
     encoder = ChatEncoder(tiny_smollm2)
@@ -172,8 +193,9 @@ def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(longest, tm
     edit, the check, the submit), not its first turns."""
     record, data, encoder, length = longest
     limit = length - 40
-    _, _, report = sft_data.prepare(data, encoder, tmp_path / "out", max_seq_len=limit,
-                                    overlength="truncate")  # fmt: skip
+    _, _, report = sft_data.prepare(
+        data, encoder, tmp_path / "out", max_seq_len=limit, overlength="truncate"
+    )
     assert report.truncated == 1
     [row] = sft_data.load_examples(tmp_path / "out" / "train.jsonl")
     assert len(row.tokens) <= limit
@@ -181,8 +203,9 @@ def test_an_overlong_conversation_keeps_its_start_and_its_last_turns(longest, tm
     replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
     assert text.startswith(encoder.render(record["messages"][:2], None, prompt=False))
     assert replies[-1] in text and replies[0] not in text
-    trained = encoder.tokenizer.decode([t for t, label in zip(row.tokens, row.labels, strict=True)
-                                        if label != IGNORE])  # fmt: skip
+    trained = encoder.tokenizer.decode(
+        [t for t, label in zip(row.tokens, row.labels, strict=True) if label != IGNORE]
+    )
     assert trained.endswith(f"{replies[-1]}<|im_end|>")
 
 
@@ -193,8 +216,9 @@ def test_an_overlong_conversation_is_split_into_windows_that_train_every_turn_on
     assistant turn trained once, the localisation turns as well as the fix."""
     record, data, encoder, length = longest
     limit = length * 2 // 3
-    _, _, report = sft_data.prepare(data, encoder, tmp_path / "out", max_seq_len=limit,
-                                    overlength="split")  # fmt: skip
+    _, _, report = sft_data.prepare(
+        data, encoder, tmp_path / "out", max_seq_len=limit, overlength="split"
+    )
     rows = sft_data.load_examples(tmp_path / "out" / "train.jsonl")
     assert report.split == 1 and len(rows) >= 2 and report.examples == len(rows)
     head = encoder.render(record["messages"][:2], None, prompt=False)
@@ -279,19 +303,32 @@ def test_no_resolved_trajectories_is_a_clear_error(tiny_smollm2, tmp_path):
 @pytest.mark.parametrize(
     "lines, named",
     [
-        (["garbage", '{"messages": [{"content": "x"}]}'],
-         ["line 1: not JSON", "line 2: message 1 has no role"]),
-        (['{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": null},'
-          ' {"role": "assistant", "content": "ok"}]}'],
-         ["line 1: message 2 (user) has null content"]),
-        (['{"messages": [{"role": "user", "content": "u", "weight": 1},'
-          ' {"role": "assistant", "content": "ok"}]}',
-          '{"messages": [{"role": "user", "content": "u"},'
-          ' {"role": "assistant", "content": "ok", "weight": 0.5}]}'],
-         ["line 1: message 1 (user) has weight 1", "line 2: message 2 (assistant) has weight 0.5"]),
+        (
+            ["garbage", '{"messages": [{"content": "x"}]}'],
+            ["line 1: not JSON", "line 2: message 1 has no role"],
+        ),
+        (
+            [
+                '{"messages": [{"role": "system", "content": "s"},'
+                ' {"role": "user", "content": null}, {"role": "assistant", "content": "ok"}]}'
+            ],
+            ["line 1: message 2 (user) has null content"],
+        ),
+        (
+            [
+                '{"messages": [{"role": "user", "content": "u", "weight": 1},'
+                ' {"role": "assistant", "content": "ok"}]}',
+                '{"messages": [{"role": "user", "content": "u"},'
+                ' {"role": "assistant", "content": "ok", "weight": 0.5}]}',
+            ],
+            [
+                "line 1: message 1 (user) has weight 1",
+                "line 2: message 2 (assistant) has weight 0.5",
+            ],
+        ),
     ],
     ids=["garbage and no roles", "null content", "weights"],
-)  # fmt: skip
+)
 def test_data_no_line_of_which_can_train_names_each_line(tiny_smollm2, tmp_path, lines, named):
     """Both said "no resolved trajectories... collect with a stronger teacher" (or, for null
     content, "raise sft.max_seq_len") without naming a line."""
@@ -307,10 +344,17 @@ def test_data_no_line_of_which_can_train_names_each_line(tiny_smollm2, tmp_path,
 def test_null_content_is_the_openai_form_of_a_turn_that_only_calls_tools(tmp_path):
     call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
     data = tmp_path / "sft.jsonl"
-    data.write_text(json.dumps({"messages": [
-        {"role": "user", "content": "fix it"},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-    ]}) + "\n")  # fmt: skip
+    data.write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": "fix it"},
+                    {"role": "assistant", "content": None, "tool_calls": [call]},
+                ]
+            }
+        )
+        + "\n"
+    )
     report = sft_data.DataReport()
     assert len(sft_data.read_records(data, report)) == 1 and not report.malformed
 
@@ -363,8 +407,7 @@ def test_another_seed_trains_the_sequences_in_another_order(tiny_smollm2, sft_js
 
     def order(seed: int) -> list[list[int]]:
         out = tmp_path / str(seed)
-        sft_data.prepare(sft_jsonl, encoder, out, max_seq_len=1024, overlength="split",
-                         seed=seed)  # fmt: skip
+        sft_data.prepare(sft_jsonl, encoder, out, max_seq_len=1024, overlength="split", seed=seed)
         return [e.tokens for e in sft_data.load_examples(out / "train.jsonl")]
 
     first, again, other = order(0), order(0), order(1)
@@ -381,8 +424,9 @@ def test_max_sequences_trains_whole_conversations_and_names_their_tasks(
     encoder = ChatEncoder(tiny_smollm2)
 
     def windows(out: Path, **cap) -> tuple[dict[str, int], sft_data.DataReport]:
-        _, _, report = sft_data.prepare(sft_jsonl, encoder, out, max_seq_len=1024,
-                                        overlength="split", **cap)  # fmt: skip
+        _, _, report = sft_data.prepare(
+            sft_jsonl, encoder, out, max_seq_len=1024, overlength="split", **cap
+        )
         counts: dict[str, int] = {}
         for example in sft_data.load_examples(out / "train.jsonl"):
             counts[example.instance_id] = counts.get(example.instance_id, 0) + 1
@@ -401,5 +445,11 @@ def test_max_sequences_trains_whole_conversations_and_names_their_tasks(
 def test_a_budget_no_whole_conversation_fits_is_named(longest, tmp_path) -> None:
     _, data, encoder, length = longest  # split in two windows or more
     with pytest.raises(SFTDataError, match="1 with more sequences than sft.max_sequences"):
-        sft_data.prepare(data, encoder, tmp_path, max_seq_len=length * 2 // 3,
-                         overlength="split", max_sequences=1)  # fmt: skip
+        sft_data.prepare(
+            data,
+            encoder,
+            tmp_path,
+            max_seq_len=length * 2 // 3,
+            overlength="split",
+            max_sequences=1,
+        )

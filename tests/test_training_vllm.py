@@ -23,22 +23,57 @@ def test_a_fine_tuned_model_is_served_and_runs_the_agent(
     tiny_smollm2, demo_replays, tmp_path
 ) -> None:
     subprocess.run(["bash", str(ROOT / "scripts" / "setup-serve.sh")], check=True, timeout=1800)
-    data, replays = demo_replays
-    train = CliRunner().invoke(app, [
-        "train", "sft", "--data", str(replays / "sft.jsonl"), "-m", str(tiny_smollm2),
-        "-o", str(tmp_path / "sft"), "--max-steps", "2", "--lr", "5e-4", "--max-seq-len", "1024",
-    ])  # fmt: skip
+    data, replays = demo_replays.data, demo_replays.collected
+    train = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "sft",
+            "--data",
+            str(replays / "sft.jsonl"),
+            "-m",
+            str(tiny_smollm2),
+            "-o",
+            str(tmp_path / "sft"),
+            "--max-steps",
+            "2",
+            "--lr",
+            "5e-4",
+            "--max-seq-len",
+            "1024",
+        ],
+    )
     assert train.exit_code == 0, train.output + repr(train.exception)
     model = tmp_path / "sft" / "model"
     assert json.loads((model / "sweflow_training.json").read_text())["steps"] == 2
-    task = data.instances[0]
+    task = data.rows[0]
     with sweflow_serve(model, "tuned", tmp_path) as (url, _log, _proc):
-        result = CliRunner().invoke(app, [
-            "infer", "--dataset", str(data.dataset), "--store", str(data.store),
-            "--repo-mirror", str(data.builder.options.repo_mirror), "-i", task.instance_id,
-            "--model-url", url, "--model", "tuned", "--tool-mode", "text", "--max-steps", "3",
-            "--max-tokens", "128", "--out", str(tmp_path / "infer"),
-        ])  # fmt: skip
+        result = CliRunner().invoke(
+            app,
+            [
+                "infer",
+                "--dataset",
+                str(data.name),
+                "--store",
+                str(demo_replays.store),
+                "--repo-mirror",
+                str(data.source.mirror),
+                "-i",
+                task.instance_id,
+                "--model-url",
+                url,
+                "--model",
+                "tuned",
+                "--tool-mode",
+                "text",
+                "--max-steps",
+                "3",
+                "--max-tokens",
+                "128",
+                "--out",
+                str(tmp_path / "infer"),
+            ],
+        )
     assert result.exit_code == 0, result.output + repr(result.exception)
     traj = Trajectory.load(tmp_path / "infer" / "trajectories" / task.instance_id / "run-0.json")
     assert traj.model == "tuned" and traj.steps and traj.completion_tokens > 0

@@ -12,7 +12,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import openai
 from openai import AsyncOpenAI
@@ -55,14 +55,22 @@ class Completion:
     latency_s: float
     finish_reason: str | None
     retries: int = 0
+    # per generated token, when asked (``top_logprobs``): (token, {alternative: logprob})
+    logprobs: list[tuple[str, dict[str, float]]] | None = None
 
 
 class ChatModel(Protocol):
     """What the agent loop talks to: a served model (:class:`ModelClient`) or a teacher that
-    plays one (sweflow.agent.replay). ``source`` marks the trajectories it produces."""
+    plays one (sweflow.agent.teacher.replay). ``source`` marks the trajectories it produces."""
 
     name: str
     source: str
+
+    async def prepare(self, sandbox: Sandbox, workdir: str) -> None:
+        """Called once before the run's first :meth:`complete`, with the run's open sandbox: a
+        teacher reads the repository here (the replay teacher plans its route; every step it
+        then takes is a real, recorded action); a served model has nothing to do."""
+        ...
 
     async def complete(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
@@ -71,37 +79,49 @@ class ChatModel(Protocol):
     async def close(self) -> None: ...
 
 
-@runtime_checkable
-class RepositoryReader(Protocol):
-    """A teacher that reads the task's repository before its first reply: the replay teacher
-    plans its route with it, while every step it then takes is a real, recorded action."""
-
-    async def read_repository(self, sandbox: Sandbox, workdir: str) -> None: ...
-
-
 class Declined(SweflowError):
     """A teacher will not do the task: it sees no way that a student could follow (the message
     says why). The run ends with exit status ``declined``; it is not graded or kept."""
 
 
 class ModelClient:
-    """Chat completions with retries; one instance is shared by every run of a batch."""
+    """Chat completions with retries; one instance is shared by every run of a batch (or its
+    :meth:`sampled` views, one per sample, share its connections)."""
 
     source = "model"
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(
+        self, config: ModelConfig, *, seed: int | None = None, _shared: AsyncOpenAI | None = None
+    ) -> None:
         self.config = config
         self.name = config.model
-        self._client = AsyncOpenAI(
+        self.seed = seed  # sent with every call: the server's sampler seeded per request
+        self._owns = _shared is None
+        self._client = _shared or AsyncOpenAI(
             base_url=config.base_url,
             api_key=config.api_key,
             timeout=config.request_timeout_s,
             max_retries=0,  # our own backoff below has a time budget, not a count
         )
 
+    def sampled(self, temperature: float, seed: int) -> ModelClient:
+        """This endpoint drawing one sample: its own temperature and seed, this client's
+        connections (closing the view leaves them open)."""
+        config = self.config.model_copy(update={"temperature": temperature})
+        return ModelClient(config, seed=seed, _shared=self._client)
+
+    async def prepare(self, sandbox: Sandbox, workdir: str) -> None:
+        return None  # a served model reads nothing before its first reply
+
     async def complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        top_logprobs: int | None = None,
     ) -> Completion:
+        """One reply; with ``top_logprobs`` the reply's tokens come with that many likeliest
+        alternatives each (a verifier reads its YES and NO from them)."""
         cfg = self.config
         kwargs: dict[str, Any] = {"model": cfg.model, "messages": messages}
         kwargs["temperature"] = cfg.temperature
@@ -109,6 +129,10 @@ class ModelClient:
             kwargs["top_p"] = cfg.top_p
         if cfg.max_tokens is not None:
             kwargs["max_tokens"] = cfg.max_tokens
+        if self.seed is not None:
+            kwargs["seed"] = self.seed
+        if top_logprobs is not None:
+            kwargs.update(logprobs=True, top_logprobs=top_logprobs)
         if tools:
             kwargs["tools"] = tools
         deadline = time.monotonic() + cfg.retry_budget_s
@@ -154,7 +178,18 @@ class ModelClient:
             latency_s=latency,
             finish_reason=choice.finish_reason,
             retries=retries,
+            logprobs=_token_logprobs(choice) if top_logprobs is not None else None,
         )
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._owns:
+            await self._client.close()
+
+
+def _token_logprobs(choice: Any) -> list[tuple[str, dict[str, float]]]:
+    """The reply's tokens, each with its alternatives' logprobs (itself included)."""
+    content = choice.logprobs.content if choice.logprobs else None
+    return [
+        (t.token, {alt.token: alt.logprob for alt in t.top_logprobs} | {t.token: t.logprob})
+        for t in content or []
+    ]

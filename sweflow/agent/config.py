@@ -12,18 +12,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from sweflow.agent.templates import SYSTEM_TEMPLATE, TASK_TEMPLATE
+from sweflow.configfile import ConfigModel
 from sweflow.errors import ConfigError
 
 ToolMode = Literal["tools", "text"]
 
 
-class SamplingConfig(BaseModel):
+class SamplingConfig(ConfigModel):
     """How each model call is made: sampling, reply length, timeouts and retries."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    temperature: float = 0.0
-    top_p: float | None = None
+    temperature: float = Field(0.0, ge=0, description="0: greedy")
+    top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(1024, gt=0, description="completion tokens per call")
     request_timeout_s: float = Field(600.0, gt=0)
     retry_budget_s: float = Field(
@@ -41,10 +40,8 @@ class ModelConfig(SamplingConfig):
     api_key: str = Field("EMPTY", repr=False)
 
 
-class AgentLimits(BaseModel):
+class AgentLimits(ConfigModel):
     """When a run stops on its own; each ends it with its own exit status."""
-
-    model_config = ConfigDict(extra="forbid")
 
     max_steps: int = Field(50, gt=0, description="model calls")
     max_wall_s: float = Field(1800.0, gt=0, description="whole run, model time included")
@@ -75,17 +72,22 @@ class AgentConfig(AgentLimits):
 
 
 # -- teachers: who plays the model when golden trajectories are collected -------------------------
+# ConfigModel's rules but its check of each field, which pydantic refuses on the discriminator
+# (`kind`): a teacher has no number for it to check.
+TEACHER = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
 class ServedTeacher(BaseModel):
     """The model being trained, as served for the run (today's behaviour)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = TEACHER
     kind: Literal["served"] = "served"
 
 
 class EndpointTeacher(BaseModel):
     """Any OpenAI-compatible endpoint: a bigger vLLM-served model, or a hosted API."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = TEACHER
     kind: Literal["endpoint"] = "endpoint"
     url: str = Field(description="base URL, e.g. http://10.0.0.5:8000/v1")
     model: str = Field(description="the model name at that endpoint")
@@ -108,9 +110,9 @@ class EndpointTeacher(BaseModel):
 
 class ReplayTeacher(BaseModel):
     """The gold patch found by clues and made through the agent's own tools, the way a student
-    could (sweflow.agent.replay)."""
+    could (sweflow.agent.teacher.replay)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = TEACHER
     kind: Literal["replay"] = "replay"
 
 

@@ -20,15 +20,8 @@ from sweflow.agent.actions import (
     same_actions,
     thought_of,
 )
-from sweflow.agent.client import (
-    ChatModel,
-    ContextLengthError,
-    Declined,
-    ModelError,
-    RepositoryReader,
-)
+from sweflow.agent.client import ChatModel, ContextLengthError, Declined, ModelError
 from sweflow.agent.config import AgentConfig
-from sweflow.agent.imitable import imitability
 from sweflow.agent.templates import render, text_instructions, tools_instructions
 from sweflow.agent.tools import TOOL_SPECS, TOOLS, TOOLS_BY_NAME, ToolContext
 from sweflow.agent.trajectory import (
@@ -143,13 +136,11 @@ class AgentRun:
             traj.exit_status = SANDBOX_ERROR
             traj.error = traj.error or f"diff failed: {exc}"
         traj.wall_s = time.perf_counter() - self.started
-        traj.imitable = imitability(self.instance.problem_statement, traj.steps, self.workdir)
         return traj
 
     async def _loop(self) -> str:
         traj, format_errors = self.traj, 0
-        if isinstance(self.client, RepositoryReader):
-            await self.client.read_repository(self.sandbox, self.workdir)
+        await self.client.prepare(self.sandbox, self.workdir)
         for index in range(self.config.max_steps):
             if status := self.limit_reached():
                 return status

@@ -31,7 +31,7 @@ class ToolContext:
     max_chars: int  # of one observation (see truncate())
 
 
-Run = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+ToolRun = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
-    run: Run | None
+    run: ToolRun | None
     positional: tuple[str, ...] = ()
     raw: str | None = None
     brief: str = ""  # what it does, after its name, in the tools-mode instructions

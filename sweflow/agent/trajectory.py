@@ -59,7 +59,7 @@ class StepRecord(BaseModel):
 class Imitability(BaseModel):
     """Of a run's actions that open, edit, run or search the repository (``checked``), how many
     rest on what the run had seen before them, the issue or an observation (``grounded``); a
-    note on each that did not (sweflow.agent.imitable)."""
+    note on each that did not (sweflow.agent.teacher.imitable)."""
 
     checked: int = 0
     grounded: int = 0
@@ -91,6 +91,8 @@ class Trajectory(BaseModel):
     sandbox_open_s: float = 0.0
     reward: dict[str, Any] | None = None
     imitable: Imitability | None = None
+    # one of many samples of its task: index, temperature and seed (sweflow.agent.runs.samples)
+    sampling: dict[str, Any] | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -110,14 +112,16 @@ class Trajectory(BaseModel):
         return cls.model_validate(json.loads(Path(path).read_text()))
 
 
+def load_run(path: Path) -> Trajectory:
+    """A saved run; a file that is not one raises a ConfigError naming it."""
+    try:
+        return Trajectory.load(path)
+    except (ValueError, ValidationError) as exc:  # JSONDecodeError is a ValueError
+        why = str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: not a saved agent run ({why})") from exc
+
+
 def load_runs(out_dir: Path) -> list[Trajectory]:
     """Every run an agent job saved under ``out_dir`` (``trajectories/<task>/run-<k>.json``), in
     task order; a file that is not a run raises a ConfigError naming it."""
-    runs = []
-    for path in sorted((Path(out_dir) / "trajectories").glob("*/run-*.json")):
-        try:
-            runs.append(Trajectory.load(path))
-        except (ValueError, ValidationError) as exc:  # JSONDecodeError is a ValueError
-            why = str(exc).splitlines()[0]
-            raise ConfigError(f"{path}: not a saved agent run ({why})") from exc
-    return runs
+    return [load_run(p) for p in sorted((Path(out_dir) / "trajectories").glob("*/run-*.json"))]

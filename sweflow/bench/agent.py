@@ -16,16 +16,16 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig, Trajectory
-from sweflow.agent.scripted import scripted_endpoint, tool_turn
 from sweflow.bench import BenchError
 from sweflow.bench.sandbox import _summary
 from sweflow.instances import Instance
+from sweflow.progress import Progress, no_progress
 from sweflow.sandbox import SandboxSpec
+from sweflow.testing.scripted_model import scripted_endpoint, tool_turn
 
 MODULE = "def area(w, h):\n    return w * w\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
 
@@ -93,7 +93,7 @@ def run(
     quick: bool = False,
     latency_s: float = 0.1,
     levels: tuple[int, ...] = (1, 8, 32),
-    progress: Callable[[str], None] = lambda _line: None,
+    progress: Progress = no_progress,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sweflow-bench-agent-") as tmp:
         work = Path(tmp)

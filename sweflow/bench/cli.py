@@ -13,12 +13,10 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from sweflow.bench import BenchError
-
-Progress = Callable[[str], None]
+from sweflow.progress import Progress
 
 
 def _sweflow() -> list[str]:

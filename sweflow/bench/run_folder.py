@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweflow.envcache.storefiles import write_atomic
+from sweflow.files import write_atomic
 
 SETTINGS = "settings.json"  # what the run was started with: a re-run must match it to continue
 SPENT = "spent.json"  # seconds spent by the invocations before the current one
@@ -49,12 +49,16 @@ class RunFolder:
 
     def save_time(self) -> None:
         """Records the time spent so far, for an invocation that continues this one."""
-        write_atomic(self.path / SPENT, json.dumps({"seconds": self.seconds()}), self.path)
+        write_atomic(self.path / SPENT, json.dumps({"seconds": self.seconds()}))
 
 
-def open_run_folder(runs: Path, settings: dict[str, Any], result: str,
-                    stages: Sequence[str] = (),
-                    stages_key: Callable[[dict], Any] | None = None) -> RunFolder:  # fmt: skip
+def open_run_folder(
+    runs: Path,
+    settings: dict[str, Any],
+    result: str,
+    stages: Sequence[str] = (),
+    stages_key: Callable[[dict], Any] | None = None,
+) -> RunFolder:
     """The newest folder under ``runs`` started with ``settings`` and holding no ``result`` file
     yet (continued), else a new one named by the time it starts, holding a copy of the
     ``stages`` folders of the newest earlier run whose settings differ but have the same
@@ -77,8 +81,14 @@ def open_run_folder(runs: Path, settings: dict[str, Any], result: str,
     run = RunFolder(folder)
     if stages_key is not None:
         key = stages_key(wanted)  # the same settings again measure again, from the start
-        source = next((f for f, started_with in earlier if started_with not in (None, wanted)
-                       and stages_key(started_with) == key), None)  # fmt: skip
+        source = next(
+            (
+                f
+                for f, started_with in earlier
+                if started_with not in (None, wanted) and stages_key(started_with) == key
+            ),
+            None,
+        )
         if source is not None:
             for stage in stages:
                 if (source / stage).is_dir():
@@ -99,8 +109,9 @@ def _copy_stage(source: Path, target: Path) -> None:
         else:
             shutil.copy2(src, dst)
 
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns(LEFT_OUT), copy_function=copy,
-                    symlinks=True)  # fmt: skip
+    shutil.copytree(
+        source, target, ignore=shutil.ignore_patterns(LEFT_OUT), copy_function=copy, symlinks=True
+    )
 
 
 def _read_json(path: Path) -> Any:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sweflow.bench import BenchError
+from sweflow.progress import Progress
 from sweflow.sandbox import Limits, SandboxSpec, open_sandbox
 from sweflow.sandbox.local import LocalSandbox
 from sweflow.sandbox.local.leaks import leftovers
@@ -110,7 +111,9 @@ def idle_memory(spec: SandboxSpec, count: int) -> dict[str, float]:
     }
 
 
-def _remote(name: str, spec: SandboxSpec, n_cycle: int, n_exec: int, progress) -> dict[str, float]:
+def _remote(
+    name: str, spec: SandboxSpec, n_cycle: int, n_exec: int, progress: Progress
+) -> dict[str, float]:
     progress(f"{name}: {n_cycle} open+exec+close cycles")
     figures = _summary(cycle_times(spec, name, n_cycle), "cycle")
     progress(f"{name}: exec overhead ({n_exec} pairs)")
@@ -119,9 +122,12 @@ def _remote(name: str, spec: SandboxSpec, n_cycle: int, n_exec: int, progress) -
 
 
 def run(
-    rootfs: Path, *, quick: bool = False, backends: Sequence[str] = ("local", "docker"),
-    progress=print,
-) -> dict[str, Any]:  # fmt: skip
+    rootfs: Path,
+    *,
+    quick: bool = False,
+    backends: Sequence[str] = ("local", "docker"),
+    progress: Progress = print,
+) -> dict[str, Any]:
     """``backends``: local always; docker starts a daemon if none answers; e2b runs against
     sweflow's own endpoint, started here (a cloud user adds the network round trip)."""
     n_local, n_remote, n_exec, n_idle = (30, 5, 50, 20) if quick else (300, 30, 500, 100)

@@ -21,14 +21,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
-from sweflow.agent.jobs import replay_collect
+from sweflow.agent.runs.jobs import replay_collect
 from sweflow.bench import DEMO, BenchError, bench_root, wheelhouse
-from sweflow.grading.dataset import GradingData
+from sweflow.envcache.dataset import Dataset
+from sweflow.progress import Progress
 from sweflow.serving import resolve_model
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.sft import data as sft_data
@@ -39,19 +39,19 @@ from sweflow.training.sft.train import SFTResult, train_sft
 EVAL_REPO = "pypi/toolz"
 SEQ_LEN = 1024
 LEARNING_RATE = 2e-5
-Progress = Callable[[str], None]
 
 
 def run(quick: bool = False, progress: Progress = print) -> dict:
     steps, reps = (6, 2) if quick else (16, 3)
     train_tasks, eval_tasks = (8, 4) if quick else (24, 12)
     root = bench_root("sft")
-    data = GradingData.load(DEMO, root / "store", wheelhouse())
-    train_rows = [r for r in data.instances if r.repo != EVAL_REPO][:train_tasks]
-    eval_rows = [r for r in data.instances if r.repo == EVAL_REPO][:eval_tasks]
-    data.instances = train_rows + eval_rows
-    progress(f"building {len(data.instances)} demo environments (cached after the first run)")
-    if failed := [r for r in data.build() if r.status == "error"]:
+    data, store = Dataset.load(DEMO), root / "store"
+    train_rows = [r for r in data.rows if r.repo != EVAL_REPO][:train_tasks]
+    eval_rows = [r for r in data.rows if r.repo == EVAL_REPO][:eval_tasks]
+    chosen = train_rows + eval_rows
+    progress(f"building {len(chosen)} demo environments (cached after the first run)")
+    built = data.builder(store, wheelhouse=wheelhouse()).build(chosen)
+    if failed := [r for r in built if r.status == "error"]:
         raise BenchError(f"{failed[0].instance_id} did not build: {failed[0].error}")
     base = resolve_model("smollm2-135m-instruct")
     encoder = ChatEncoder(base)
@@ -59,12 +59,17 @@ def run(quick: bool = False, progress: Progress = print) -> dict:
         tmp = Path(scratch)
         progress("replaying the gold patches through the agent's tools (golden trajectories)")
         for name, rows in (("train", train_rows), ("eval", eval_rows)):
-            replay_collect(rows, store=data.store, specs=data.specs, out_dir=tmp / name)
+            replay_collect(rows, store=store, specs=data.specs, out_dir=tmp / name)
         train = _long_enough(tmp / "train" / "sft.jsonl", encoder, tmp / "train-long.jsonl")
         if train < steps:
             raise BenchError(f"only {train} replays reach {SEQ_LEN} tokens; {steps} are needed")
-        config = SFTConfig(max_seq_len=SEQ_LEN, max_steps_per_epoch=steps, device="cpu",
-                           learning_rate=LEARNING_RATE, activation_checkpointing=True)  # fmt: skip
+        config = SFTConfig(
+            max_seq_len=SEQ_LEN,
+            max_steps_per_epoch=steps,
+            device="cpu",
+            learning_rate=LEARNING_RATE,
+            activation_checkpointing=True,
+        )
         tuned: list[SFTResult] = []
         trl: list[dict] = []
         for rep in range(reps):  # in turn, so that the machine's noise hits both alike
@@ -74,8 +79,13 @@ def run(quick: bool = False, progress: Progress = print) -> dict:
             progress(f"rep {rep + 1}/{reps}: TRL SFTTrainer, the same steps and sequences")
             trl.append(_baseline(base, work, steps, tmp / f"trl-{rep}.json"))
         progress("held-out loss (toolz replays) of the base and the fine-tuned model")
-        sft_data.prepare(tmp / "eval" / "sft.jsonl", encoder, tmp / "heldout",
-                         max_seq_len=2048, overlength="truncate")  # fmt: skip
+        sft_data.prepare(
+            tmp / "eval" / "sft.jsonl",
+            encoder,
+            tmp / "heldout",
+            max_seq_len=2048,
+            overlength="truncate",
+        )
         heldout = sft_data.load_examples(tmp / "heldout" / "train.jsonl")
         before, after = mean_loss(base, heldout), mean_loss(tmp / "tt-0" / "model", heldout)
     ours = [r.tokens_per_s or 0.0 for r in tuned]
@@ -124,9 +134,17 @@ def trl_optimizer(recipe_yaml: Path) -> str:
 def _baseline(model: Path, torchtune_work: Path, steps: int, out: Path) -> dict:
     """TRL on the sequences and with the optimizer of the torchtune run in ``torchtune_work``."""
     optimizer = trl_optimizer(torchtune_work / "recipe.yaml")
-    argv = [sys.executable, "-m", "sweflow.bench.sft_baseline", str(model),
-            str(torchtune_work / "data" / "train.jsonl"), str(steps), str(LEARNING_RATE),
-            optimizer, str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "sweflow.bench.sft_baseline",
+        str(model),
+        str(torchtune_work / "data" / "train.jsonl"),
+        str(steps),
+        str(LEARNING_RATE),
+        optimizer,
+        str(out),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise BenchError(f"the TRL baseline failed: {done.stderr[-2000:]}")

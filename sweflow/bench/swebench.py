@@ -31,22 +31,22 @@ import re
 import statistics
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from sweflow.bench import REPO, BenchError, bench_root
-from sweflow.envcache.dataset import dataset_builder
+from sweflow.bench import DATA, BenchError, bench_root
+from sweflow.envcache.dataset import Dataset
 from sweflow.envcache.diskusage import disk_usage
 from sweflow.envcache.repos import RepoError, RepoSource
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.validate import validate_one
-from sweflow.instances import Instance, load_instances
+from sweflow.instances import Instance
+from sweflow.progress import Progress
 from sweflow.sandbox.tracking import interrupted, interruptible_map
 
-Progress = Callable[[str], None]
 # Three real SWE-bench Lite rows (pallets/flask) with their commits in repos/ (a 0.9 MB tar of a
 # shallow repository, scripts/make_swebench_sample.py): what runs with no option.
-DATASET = REPO / "tests" / "data" / "swebench" / "sample" / "tasks.jsonl"
+DATASET = DATA / "swebench-sample" / "tasks.jsonl"
 DOCKER_IMAGE_MB = 1210.0  # an official SWE-bench instance image (SWE-MiniSandbox, arXiv 2602.11210)
 MINISANDBOX_MB = 178.0  # SWE-MiniSandbox per SWE-bench Verified instance (arXiv 2602.11210)
 SUBSETS = ("lite", "verified", "full", "custom")
@@ -106,8 +106,12 @@ def _skip_reason(text: str, tests: Sequence[str]) -> str:
     the reason of a skip line of their files that names a word of their names (``-rA`` gives
     file and line, not the test)."""
     files = {test.split("::")[0] for test in tests}
-    words = {word for test in tests for word in re.findall(r"[a-z0-9]+", test.lower())
-             if len(word) > 3 and word != "test"}  # fmt: skip
+    words = {
+        word
+        for test in tests
+        for word in re.findall(r"[a-z0-9]+", test.lower())
+        if len(word) > 3 and word != "test"
+    }
     for line in text.splitlines():
         found = _SKIPPED.match(line)
         if found and found[1] in files and any(word in found[2].lower() for word in words):
@@ -163,11 +167,11 @@ def run(
     if subset not in SUBSETS:
         raise BenchError(f"subset {subset!r}: not one of {', '.join(SUBSETS)}")
     store = store or bench_root("swebench") / "store"
-    rows = load_instances(dataset).raise_for_errors()[: limit or None]
+    data = Dataset.load(dataset, specs=specs, mirror=repo_mirror, limit=limit)
+    rows = data.rows
     if not rows:
         raise BenchError(f"{dataset}: no rows")
-    builder = dataset_builder(dataset, store, specs=specs, mirror=repo_mirror,
-                              wheelhouse=wheelhouse, max_workers=max_workers)  # fmt: skip
+    builder = data.builder(store, wheelhouse=wheelhouse, max_workers=max_workers)
     mirror = builder.options.repo_mirror
     results = _Results(store)
     source = RepoSource(mirror=mirror)
@@ -191,27 +195,37 @@ def run(
         validation = validate_one(prepared, logs, runs=1, timeout=timeout)
         if interrupted():  # Ctrl-C closed its sandboxes: no verdict, and a re-run does it again
             return
-        results.put(instance.instance_id, {
-            "repo": instance.repo,
-            "build": built.status,
-            "build_s": built.seconds if built.status == "built" else None,
-            "build_error": _first_line(built.error) if built.status == "error" else "",
-            "outcome": validation.outcome,
-            "reason": validation.reason,
-            "cause": failure_cause(
-                logs / instance.instance_id / "gold-1.log", validation.tests.get("failing", [])
-            ) if validation.outcome == "gold_fails" else "",
-            "tests": validation.tests,
-            "validate_s": round(time.monotonic() - built_at, 1),
-            "wall_s": round(time.monotonic() - start, 1),
-        })  # fmt: skip
+        results.put(
+            instance.instance_id,
+            {
+                "repo": instance.repo,
+                "build": built.status,
+                "build_s": built.seconds if built.status == "built" else None,
+                "build_error": _first_line(built.error) if built.status == "error" else "",
+                "outcome": validation.outcome,
+                "reason": validation.reason,
+                "cause": failure_cause(
+                    logs / instance.instance_id / "gold-1.log", validation.tests.get("failing", [])
+                )
+                if validation.outcome == "gold_fails"
+                else "",
+                "tests": validation.tests,
+                "validate_s": round(time.monotonic() - built_at, 1),
+                "wall_s": round(time.monotonic() - start, 1),
+            },
+        )
         progress(f"{instance.instance_id}: {built.status}, {validation.outcome}")
 
     interruptible_map(build_then_validate, todo, max_workers)
     report = _report(mirrored, results, LayerStore(store))
-    return {"dataset": str(dataset), "subset": subset, "repo_mirror": str(mirror),
-            "store": str(store), **report,
-            "not_mirrored": dict(sorted(not_mirrored.items()))}  # fmt: skip
+    return {
+        "dataset": str(dataset),
+        "subset": subset,
+        "repo_mirror": str(mirror),
+        "store": str(store),
+        **report,
+        "not_mirrored": dict(sorted(not_mirrored.items())),
+    }
 
 
 def _report(rows: list[Instance], results: _Results, store: LayerStore) -> dict:

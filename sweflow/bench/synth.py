@@ -19,11 +19,11 @@ import json
 import subprocess
 import tempfile
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sweflow.bench import DEMO, wheelhouse
+from sweflow.progress import Progress
 from sweflow.synth.config import SynthConfig
 from sweflow.synth.synthesize import SourceReport, Synthesizer, operator_summary, report_json
 
@@ -44,7 +44,7 @@ SWE_SMITH = {
 }
 
 
-def run(tasks: int, seed: int = 1, progress: Callable[[str], None] = print) -> dict[str, Any]:
+def run(tasks: int, seed: int = 1, progress: Progress = print) -> dict[str, Any]:
     """Synthesize up to ``tasks`` valid tasks from each demo project and time it."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="sweflow-synth-bench-") as tmp:
@@ -111,19 +111,27 @@ def summarize(rows: list[dict], split: dict | None = None) -> dict[str, Any]:
         "valid_per_min_total": _ratio(60 * valid, wall, 1),
     }
     reports = [
-        SourceReport(row["source"], row["repo"],
-                     per_operator={op: Counter(n) for op, n in row["per_operator"].items()})
+        SourceReport(
+            row["source"],
+            row["repo"],
+            per_operator={op: Counter(n) for op, n in row["per_operator"].items()},
+        )
         for row in rows
-    ]  # fmt: skip
+    ]
     figures["per_operator"] = {
         op: {**row, "yield": _ratio(row["valid"], row["candidates"])}
         for op, row in operator_summary(reports).items()
     }
     if split is not None:
         held = set(split["eval"])
-        count = {part: [p["valid_tasks"] for r, p in figures["projects"].items()
-                        if (r in held) == (part == "heldout")]
-                 for part in ("train", "heldout")}  # fmt: skip
+        count = {
+            part: [
+                p["valid_tasks"]
+                for r, p in figures["projects"].items()
+                if (r in held) == (part == "heldout")
+            ]
+            for part in ("train", "heldout")
+        }
         figures["split"] = {
             "by": split["by"],
             "eval": sorted(held),

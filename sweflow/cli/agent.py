@@ -2,39 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sweflow.cli.common import (
     BackendOption,
-    RayOption,
+    ExecutorOption,
     cli_executor,
     console,
     folder_or_new,
+    non_negative,
     option_group,
     positive,
+    progress_bar,
     work_starts,
 )
-from sweflow.cli.env import (
+from sweflow.cli.datasets import (
     CliError,
     DatasetArgs,
-    build_with_progress,
     dataset_options,
     print_retries,
 )
+from sweflow.cli.samples import SampleArgs, print_samples
 
 if TYPE_CHECKING:
-    from sweflow.agent import AgentConfig, Batch, ModelConfig, Trajectory
-    from sweflow.agent.executor_batch import ExecutorBatch
-    from sweflow.agent.jobs import JobSummary
+    from collections.abc import Awaitable
+
+    from sweflow.agent import AgentConfig, ModelConfig, Trajectory
+    from sweflow.agent.runs.batch import Batch
+    from sweflow.agent.runs.executor_batch import ExecutorBatch
+    from sweflow.agent.runs.jobs import JobSummary
+    from sweflow.agent.runs.plan import Job, RunPlan
     from sweflow.cluster.base import Executor
-    from sweflow.envcache.builder import EnvBuilder
+    from sweflow.envcache.dataset import Dataset
     from sweflow.instances import Instance
 
 ModelUrlOption = typer.Option(None, "--model-url", help="OpenAI-compatible base URL (…/v1).")
@@ -49,49 +53,28 @@ AgentConfigOption = typer.Option(
 ToolModeOption = typer.Option(
     None, "--tool-mode", help="tools (OpenAI tool calls) or text (one bash block a reply)."
 )
-MaxStepsOption = typer.Option(None, "--max-steps", help="Model calls per run.")
-TemperatureOption = typer.Option(None, "--temperature", help="Sampling temperature.")
-MaxTokensOption = typer.Option(None, "--max-tokens", help="Completion tokens per model call.")
+MaxStepsOption = typer.Option(None, "--max-steps", help="Model calls per run.", callback=positive)
+TemperatureOption = typer.Option(
+    None, "--temperature", help="Sampling temperature (0: greedy).", callback=non_negative
+)
+MaxTokensOption = typer.Option(
+    None, "--max-tokens", help="Completion tokens per model call.", callback=positive
+)
 ConcurrencyOption = typer.Option(
     8, "--concurrency", "-c", help="Runs (open sandboxes) at once.", callback=positive
 )
 
 
-def build_dataset(
-    builder: EnvBuilder, rows: list[Instance], executor: Executor | None = None
-) -> list[Instance]:
-    """Build what is missing of ``rows``; rows whose build failed are reported, left out."""
-    results = build_with_progress(builder, rows, executor)
-    failed = {r.instance_id: r for r in results if r.status == "error"}
-    for r in failed.values():
-        console.print(f"[yellow]skipped (build failed):[/] {r.instance_id}: {r.error}")
-    return [row for row in rows if row.instance_id not in failed]
-
-
-Job = Callable[["Batch | ExecutorBatch"], Coroutine[Any, Any, "JobSummary"]]
-
-
 def run_job(
-    title: str,
-    total: int,
-    model: ModelConfig | None,
-    batch_options: dict[str, Any],
-    job: Job,
-    executor: Executor | None = None,
+    title: str, total: int, plan: RunPlan, job: Job, executor: Executor | None = None
 ) -> JobSummary:
-    """Run ``job`` with a progress bar: on a Batch of ``batch_options`` whose runs share one
-    client when ``model`` is given (a teacher such as replay has one per run instead), or, on
-    ``executor``, on an ExecutorBatch whose runs are its work items."""
+    """Run ``job`` on the plan's runs with a progress bar; on ``executor`` (``--executor``) each run
+    is a work item on a node."""
+    from sweflow.agent.runs.plan import run_plan
     from sweflow.sandbox.tracking import run_interruptible
 
     counts = {"resolved": 0, "submitted": 0}
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    ) as bar:
+    with progress_bar() as bar:
         task = bar.add_task(title, total=total)
 
         def on_done(traj: Trajectory, resumed: bool) -> None:
@@ -105,37 +88,7 @@ def run_job(
                 f"(submitted {counts['submitted']}, resolved {counts['resolved']})",
             )
 
-        if executor is not None:
-            return run_interruptible(job(executor_batch(batch_options, model, executor, on_done)))
-        return run_interruptible(_local_batch(job, batch_options, model, on_done))
-
-
-async def _local_batch(job: Job, options: dict[str, Any], model, on_done) -> JobSummary:
-    from sweflow.agent import Batch, ModelClient
-    from sweflow.agent.batch import grade_with
-
-    client = ModelClient(model) if model else None
-    grader = options.pop("grader", None)
-    grade = grade_with(grader) if grader is not None else None
-    try:
-        return await job(Batch(client=client, on_done=on_done, grade=grade, **options))
-    finally:
-        if client is not None:
-            await client.close()
-
-
-def executor_batch(options: dict[str, Any], model, executor: Executor, on_done) -> ExecutorBatch:
-    """The ExecutorBatch of the Batch options ``prepare`` and the commands set."""
-    from sweflow.agent.executor_batch import ExecutorBatch, RolloutWork
-
-    work = RolloutWork(
-        options["agent"],
-        options["backend"],
-        model,
-        options.get("client_for"),
-        options.get("grader"),
-    )
-    return ExecutorBatch(work, executor, options["out_dir"], options.get("rollouts", 1), on_done)
+        return run_interruptible(run_plan(plan, job, executor=executor, on_done=on_done))
 
 
 def print_summary(title: str, summary: JobSummary) -> None:
@@ -153,8 +106,9 @@ def print_summary(title: str, summary: JobSummary) -> None:
     statuses = ", ".join(f"{k}: {v}" for k, v in summary.exit_statuses.items())
     console.print(f"exit statuses: {statuses}", highlight=False)
     for instance_id, why in summary.skipped.items():
-        console.print(f"[yellow]skipped (no imitable path):[/] {instance_id}: {why}",
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"[yellow]skipped (no imitable path):[/] {instance_id}: {why}", highlight=False
+        )
     if summary.imitable_fraction is not None:
         console.print(
             f"imitable fraction of the kept runs: {summary.imitable_fraction:.3f} (their steps "
@@ -180,7 +134,7 @@ class AgentRunArgs:
     temperature: float | None = field(metadata={"option": TemperatureOption})
     max_tokens: int | None = field(metadata={"option": MaxTokensOption})
     backend: str = field(metadata={"option": BackendOption})
-    ray: str | None = field(metadata={"option": RayOption})
+    executor_name: str | None = field(metadata={"option": ExecutorOption})
 
     def agent_config(self) -> AgentConfig:
         """The ``--agent-config`` YAML with the flags over it."""
@@ -193,7 +147,7 @@ class AgentRunArgs:
         data: dict[str, Any] = (yaml.safe_load(path.read_text()) or {}) if path else {}
         if self.tool_mode:
             data["tool_mode"] = self.tool_mode
-        if self.max_steps:
+        if self.max_steps is not None:
             data["max_steps"] = self.max_steps
         try:
             return AgentConfig.model_validate(data)
@@ -202,47 +156,53 @@ class AgentRunArgs:
 
     def model_config(self) -> ModelConfig:
         """The endpoint, with the sampling flags that were given."""
+        from pydantic import ValidationError
+
         from sweflow.agent import ModelConfig
+        from sweflow.configfile import describe
 
         if not (self.model_url and self.model):
             raise CliError("give the model's endpoint: --model-url URL and --model NAME")
-        config = ModelConfig(base_url=self.model_url, model=self.model, api_key=self.api_key)
-        if self.temperature is not None:
-            config.temperature = self.temperature
-        if self.max_tokens is not None:
-            config.max_tokens = self.max_tokens
-        return config
+        sampling = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        try:
+            return ModelConfig(
+                base_url=self.model_url,
+                model=self.model,
+                api_key=self.api_key,
+                **{k: v for k, v in sampling.items() if v is not None},
+            )
+        except ValidationError as exc:
+            raise CliError(f"model options: {describe(exc)}") from None
 
     def prepare(
         self, data: DatasetArgs, work: str
-    ) -> tuple[EnvBuilder, list[Instance], dict[str, Any]]:
+    ) -> tuple[Dataset, list[Instance], RunPlan, Executor | None]:
         """Check the agent config and the dataset; then, the ``work`` starting, build the
-        dataset (on the cluster with ``--ray``): builder, usable rows, Batch options (and the
-        executor, None without ``--ray``)."""
-        from sweflow.envcache.builder import instance_sandbox_spec
+        dataset (where ``--executor`` says): the dataset, its usable rows, the plan of their runs
+        (agent, output, store, backend, concurrency) and the executor (None without
+        ``--executor``)."""
+        from sweflow.agent.runs.plan import RunPlan
 
         agent = self.agent_config()  # fail before any build
-        rows = data.rows()
+        dataset = data.load()
+        rows = dataset.rows
         work_starts(f"build {len(rows)} instance(s) in {data.store}, then {work} into {self.out}")
-        builder = data.builder()
-        executor = cli_executor(self.ray, data.store) if self.ray else None
-        rows = build_dataset(builder, rows, executor)
-        options = dict(
+        executor = cli_executor(self.executor_name, data.store) if self.executor_name else None
+        rows = data.build(dataset, rows, executor)
+        plan = RunPlan(
             agent=agent,
             out_dir=self.out,
-            spec_for=lambda row: instance_sandbox_spec(builder.store, row.instance_id),
-            max_open_sandboxes=self.concurrency,
+            store=data.store.absolute(),
             backend=self.backend,
-            executor=executor,
+            max_open_sandboxes=self.concurrency,
         )
-        return builder, rows, options
+        return dataset, rows, plan, executor
 
     def run(
-        self, title: str, total: int, options: dict[str, Any], job: Job, model: ModelConfig | None
+        self, title: str, total: int, plan: RunPlan, job: Job, executor: Executor | None
     ) -> None:
         """Run ``job`` (see :func:`run_job`) and print its summary."""
-        executor = options.pop("executor")
-        summary = run_job(title, total, model, options, job, executor)
+        summary = run_job(title, total, plan, job, executor)
         print_summary(f"sweflow {title}", summary)
         if executor is not None:
             print_retries(executor)
@@ -281,50 +241,96 @@ def collect_command(
       sweflow collect -d data/demo/tasks.jsonl -s store --teacher replay --tool-mode text -o out
       sweflow collect -d tasks.jsonl -s store --model-url http://127.0.0.1:8000/v1 -m m -o out
     """
-    from sweflow.agent.jobs import collect
+    from sweflow.agent.runs.jobs import collect
+    from sweflow.agent.teacher.replay import replay_clients
     from sweflow.grading import Grader
 
     if teacher not in ("endpoint", "replay"):
         raise CliError(f"--teacher {teacher!r}: choose endpoint or replay")
     model = agent.model_config() if teacher == "endpoint" else None  # checked before the build
-    builder, rows, options = agent.prepare(data, f"collect {rollouts} {teacher} run(s) a task")
-    if teacher == "replay":
-        rows = _replayable(rows, builder, options)
+    work = f"collect {rollouts} {teacher} run(s) a task"
+    dataset, rows, plan, executor = agent.prepare(data, work)
+    client_for = None
+    if teacher == "replay":  # a client per run replays its gold patch; rows it cannot, left out
+        mode, steps = plan.agent.tool_mode, plan.agent.max_steps
+        client_for, skipped = replay_clients(rows, mode, dataset.specs, steps)
+        for why in skipped.values():
+            console.print(f"[yellow]skipped (cannot replay):[/] {why}", highlight=False)
+        rows = [row for row in rows if row.instance_id not in skipped]
     log_dir = agent.out / "grading"
-    grader = Grader(builder.options.store, builder.specs, backend=agent.backend, log_dir=log_dir,
-                    tamper_guard=tamper_guard)  # fmt: skip
-    options.update(rollouts=rollouts, max_grading=graders, grader=grader)
-    agent.run("collect", len(rows) * rollouts, options, lambda b: collect(rows, b), model)
+    grader = Grader(
+        data.store,
+        dataset.specs,
+        backend=agent.backend,
+        log_dir=log_dir,
+        tamper_guard=tamper_guard,
+    )
+    plan = replace(
+        plan,
+        model=model,
+        client_for=client_for,
+        grader=grader,
+        rollouts=rollouts,
+        max_grading=graders,
+    )
+    agent.run("collect", len(rows) * rollouts, plan, lambda b: collect(rows, b), executor)
 
 
-def _replayable(
-    rows: list[Instance], builder: EnvBuilder, options: dict[str, Any]
-) -> list[Instance]:
-    """Set the batch up to replay each row's gold patch; rows that cannot be are named, left out."""
-    from sweflow.agent.replay import replay_clients
-
-    agent = options["agent"]
-    client_for, skipped = replay_clients(rows, agent.tool_mode, builder.specs, agent.max_steps)
-    for why in skipped.values():
-        console.print(f"[yellow]skipped (cannot replay):[/] {why}", highlight=False)
-    options["client_for"] = client_for
-    return [row for row in rows if row.instance_id not in skipped]
+sample_options = option_group(SampleArgs)
 
 
 @dataset_options
 @agent_run_options
-def infer_command(data: DatasetArgs, agent: AgentRunArgs) -> None:
-    """Batch inference: one run per task; writes preds.json (swebench format) + trajectories.
+@sample_options
+def infer_command(data: DatasetArgs, agent: AgentRunArgs, sampling: SampleArgs) -> None:
+    """Batch inference: N samples per task; writes preds.json (swebench format) + trajectories.
+
+    With --samples N above 1 every sample is drawn at --temperature with its own seed and
+    graded; each selector picks one per task (--predict names whose picks become preds.json),
+    and OUT/samples.json holds pass@k for k = 1..N, best-of-N per selector and oracle pass@N.
+    A re-run resumes sample by sample.
 
     Examples:
       sweflow infer -d tasks.jsonl -s store --model-url http://127.0.0.1:8000/v1 -m m -o out
-      sweflow infer -d tasks.jsonl -s store --model-url http://HOST:8000/v1 -m m -o out --ray auto
+      sweflow infer -d tasks.jsonl -s store --model-url URL -m m -o out --samples 8 --temperature 1
+      sweflow infer -d tasks.jsonl -s s --model-url http://H:8000/v1 -m m -o o --executor ray:auto
     """
-    from sweflow.agent.jobs import infer
+    from sweflow.agent.runs.jobs import infer
+    from sweflow.grading import Grader
 
     model = agent.model_config()  # checked before the build
-    _, rows, options = agent.prepare(data, f"run {model.model} on each task")
-    agent.run("infer", len(rows), options, lambda b: infer(rows, b, model.model), model)
+    drawn = sampling.check(model, agent.out)
+    work = f"run {model.model} on each task" + (f", {sampling.samples} samples" if drawn else "")
+    builder, rows, plan, executor = agent.prepare(data, work)
+    plan = replace(plan, model=model)
+    selection = None
+    if drawn is not None:
+        grader = Grader(
+            builder.options.store,
+            builder.specs,
+            backend=agent.backend,
+            log_dir=agent.out / "grading",
+            tamper_guard=sampling.tamper_guard,
+        )
+        plan = replace(
+            plan,
+            grader=grader,
+            rollouts=sampling.samples,
+            sampling=drawn,
+            max_grading=sampling.graders,
+        )
+        selection = sampling.selection(model, plan.store, agent.backend, builder.specs)
+
+    def job(batch: Batch | ExecutorBatch) -> Awaitable[JobSummary]:
+        return infer(rows, batch, model.model, selection, progress=_selector_line)
+
+    agent.run("infer", len(rows) * plan.rollouts, plan, job, executor)
+    if selection is not None:
+        print_samples(agent.out / "samples.json")
+
+
+def _selector_line(line: str, done: int = 0, total: int = 0) -> None:
+    console.print(f"[dim]{line}[/]", highlight=False)
 
 
 @dataset_options
@@ -350,15 +356,16 @@ def correct_command(
     Examples:
       sweflow correct runs/infer -d data/demo/tasks.jsonl -s store -o runs/corrections
     """
-    from sweflow.agent.jobs import corrected_tasks, replay_corrections
+    from sweflow.agent.runs.jobs import corrected_tasks, replay_corrections
     from sweflow.agent.trajectory import load_runs
 
     student = load_runs(runs)
     if not student:
         raise CliError(f"{runs}: no runs in it (trajectories/TASK/run-K.json)")
-    rows = corrected_tasks(student, data.rows())
+    dataset = data.load()
+    rows = corrected_tasks(student, dataset.rows)
     work_starts(f"label {len(student)} run(s) of {len(rows)} task(s) into {out}")
-    rows = build_dataset(data.builder(), rows)
+    rows = data.build(dataset, rows)
     built = {row.instance_id for row in rows}
     kept = [r for r in student if r.instance_id in built]
     path = out / "corrections.jsonl"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import fields
@@ -14,11 +15,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from sweflow.errors import SweflowError
-from sweflow.paths import name_problem
+from sweflow.cluster.executors import EXECUTORS, check_executor_name
+from sweflow.errors import ConfigError, SweflowError
+from sweflow.paths import name_problem, output_folder_problem
 from sweflow.sandbox.backends import DEFAULT_BACKEND, backends_help, check_backend_name
 
 if TYPE_CHECKING:
+    import rich.progress
+
     from sweflow.sandbox.spec import SandboxSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -47,8 +51,9 @@ def handle_errors(func: F) -> F:
             raise typer.Exit(EXIT_USER_ERROR) from None
         except KeyboardInterrupt as e:
             if str(e):
-                Console(stderr=True).print(f"[yellow]interrupted:[/] {escape(str(e))}",
-                                           highlight=False)  # fmt: skip
+                Console(stderr=True).print(
+                    f"[yellow]interrupted:[/] {escape(str(e))}", highlight=False
+                )
             raise
 
     return wrapper  # type: ignore[return-value]
@@ -61,6 +66,11 @@ def dry_run(ctx: typer.Context) -> None:
     """Make the command ``ctx`` runs stop where its work starts (until ``ctx`` closes)."""
     _dry_run.set()
     ctx.call_on_close(_dry_run.clear)
+
+
+def dry_running() -> bool:
+    """Whether the command runs under ``sweflow --dry-run`` (it may show more of its plan)."""
+    return _dry_run.is_set()
 
 
 def work_starts(what: str) -> None:
@@ -141,7 +151,9 @@ def base_layer(base: str) -> Path:
     from sweflow.sandbox.rootfs import resolve_base
 
     with console.status(f"preparing base layer {base}") as status:
-        return resolve_base(base, rootfs_cache(), progress=lambda line: status.update(line[-100:]))
+        return resolve_base(
+            base, rootfs_cache(), progress=lambda line, *_: status.update(line[-100:])
+        )
 
 
 BaseOption = typer.Option(
@@ -171,10 +183,31 @@ def _known_backend(value: str) -> str:
 
 
 def positive(value: float | None) -> float | None:
-    """An option's check before any work: counts, workers and seconds must be above zero
-    (a timeout of 0 never means "no limit" here)."""
-    if value is not None and value <= 0:
+    """An option's check before any work: counts, workers and seconds must be finite and above
+    zero (a timeout of 0 never means "no limit" here; nan timed out "after nan s", inf
+    overflowed)."""
+    if value is not None and _finite(value) <= 0:
         raise typer.BadParameter(f"must be greater than 0, got {value}")
+    return value
+
+
+def non_negative(value: float | None) -> float | None:
+    """An option's check before any work: a finite number, 0 or more (a temperature, a grace)."""
+    if value is not None and _finite(value) < 0:
+        raise typer.BadParameter(f"must be 0 or more, got {value}")
+    return value
+
+
+def port_number(value: int | None) -> int | None:
+    """A TCP port option: 1 to 65535."""
+    if value is not None and not 0 < value < 65536:
+        raise typer.BadParameter(f"must be a port number from 1 to 65535, got {value}")
+    return value
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number, got {value}")
     return value
 
 
@@ -195,9 +228,10 @@ def model_ref(value: str | None) -> str | None:
 
 
 def folder_or_new(value: Path | None) -> Path | None:
-    """A folder option (a store, a report folder): refused when the path is a file."""
-    if value is not None and value.exists() and not value.is_dir():
-        raise typer.BadParameter(f"{value} is a file, not a folder")
+    """A folder option that sweflow writes into (a store, a report folder): refused when the
+    path is a file, a folder of the system or not writable (``paths.output_folder_problem``)."""
+    if value is not None and (problem := output_folder_problem(value)) is not None:
+        raise typer.BadParameter(problem)
     return value
 
 
@@ -216,32 +250,65 @@ def spec_from_options(base: str, layers: list[Path], workdir: str, network: bool
     return SandboxSpec(layers=[base_layer(base), *layers], workdir=workdir, network=network)
 
 
-def _ray_address(value: str | None) -> str | None:
-    """``--ray`` is checked before any work: the ray extra must be installed."""
+def executor_parts(value: str) -> tuple[str, str | None]:
+    """``NAME`` or ``NAME:ADDRESS`` for a registered name (``ray:HEAD:6379``); a dotted path
+    (``mypackage.mod:MyExecutor``) is a name whole."""
+    head, sep, address = value.partition(":")
+    return (head, address) if sep and head in EXECUTORS else (value, None)
+
+
+def _executor(value: str | None) -> str | None:
+    """``--executor`` is checked before any work: a registered name or a dotted path, and for
+    ``ray`` the ray extra installed."""
     if value is None:
         return None
     import importlib.util
 
-    if importlib.util.find_spec("ray") is None:
+    name, _ = executor_parts(value)
+    try:
+        check_executor_name(name)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if name == "ray" and importlib.util.find_spec("ray") is None:
         raise typer.BadParameter("Ray is not installed: pip install 'sweflow[ray]'")
     return value
 
 
-RayOption = typer.Option(
+ExecutorOption = typer.Option(
     None,
-    "--ray",
-    metavar="ADDRESS",
-    help="Run the per-instance work on a Ray cluster: HOST:PORT of its head, auto (the cluster "
-    "running on this machine) or local (a Ray started for this command).",
-    callback=_ray_address,
+    "--executor",
+    metavar="NAME",
+    help="Where the per-instance work runs: local (this process's threads, the default), ray "
+    "(a Ray started for this command), ray:HOST:PORT (a Ray cluster's head), ray:auto (the "
+    "cluster running on this machine), or a dotted path module:Class to an Executor.",
+    callback=_executor,
 )
 
 
-def cli_executor(ray: str | None, store: Path):
-    """The executor of ``--ray`` (this process's threads without it)."""
+def cli_executor(executor: str | None, store: Path):
+    """The executor ``--executor`` names (this process's threads without it); one that waits
+    says so on the console."""
     from sweflow.cluster.executors import make_executor
 
-    if ray is None:
-        return make_executor("local", store)
-    address = None if ray == "local" else ray
-    return make_executor("ray", store, address=address, notify=console.print)
+    name, address = executor_parts(executor or "local")
+    options: dict[str, Any] = {} if address is None else {"address": address}
+    return make_executor(name, store, notify=console.print, **options)
+
+
+def progress_bar() -> rich.progress.Progress:
+    """The commands' one progress bar: what runs, a bar, done of total, time elapsed."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )

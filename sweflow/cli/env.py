@@ -2,191 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sweflow.cli.common import (
     App,
-    RayOption,
-    WheelhouseOption,
+    ExecutorOption,
     cli_executor,
     console,
     folder_or_new,
-    option_group,
+    non_negative,
     path_name,
     positive,
+    progress_bar,
     work_starts,
 )
+from sweflow.cli.datasets import (
+    CliError,
+    DatasetArgs,
+    SplitOption,
+    StoreOption,
+    dataset_options,
+    load_dataset_rows,
+    print_retries,
+)
 from sweflow.envcache.storefiles import LEASE_GRACE_S
-from sweflow.errors import SweflowError
+from sweflow.progress import Progress
 
 if TYPE_CHECKING:
-    from sweflow.cluster.base import Executor
-    from sweflow.envcache.builder import BuildResult, EnvBuilder
-    from sweflow.instances import Instance
+    from sweflow.envcache.builder import BuildResult
 
 env_app = App(help="Build, validate and enter cached, layered environments of task instances.")
-
-DatasetOption = typer.Option(
-    ..., "--dataset", "-d", help="JSON/JSONL/parquet file, task folder or HF name."
-)
-SplitOption = typer.Option(None, "--split", help="Dataset split (HF datasets).")
-SpecsOption = typer.Option(
-    None,
-    "--specs",
-    help="Environment specs (YAML/JSON), or 'swebench' for the built-in SWE-bench table; "
-    "default: specs.yaml beside the dataset, else the built-in table.",
-)
-MirrorOption = typer.Option(
-    None,
-    "--repo-mirror",
-    help="Folder of git repos or bundles: <owner>__<name> or <owner>/<name>; "
-    "default: repos/ beside the dataset, else the dataset's folder.",
-)
-RepoOption = typer.Option(None, "--repo", help="A local git repository (for single-repo datasets).")
-RepoUrlOption = typer.Option(None, "--repo-url", help="A git URL to clone from.")
-InstancesOption = typer.Option(
-    None, "--instances", "-i", help="Only these instance ids: -i A -i B, or -i A,B."
-)
-StoreOption = typer.Option(
-    ..., "--store", "-s", help="The layer store directory.", callback=folder_or_new
-)
-BaseOverride = typer.Option(
-    None,
-    "--base",
-    help="Force a base (default: by the spec's python): debian:SUITE, docker:IMAGE (a daemon's), "
-    "docker-archive:TAR[:REF] (docker save), oci:PATH[:REF] (OCI layout) or registry:REF, the "
-    "image's layers imported into the store.",
-)
-
-
-def _image_source(value: str | None) -> str | None:
-    if value is not None and not value.startswith("registry:") and not Path(value).is_dir():
-        raise typer.BadParameter(f"{value} is neither a folder of image archives nor registry:HOST")
-    return value
-
-
-ImagesOption = typer.Option(
-    None,
-    "--images",
-    help="Rows with an `image` (SWE-bench 5, SWE-Gym, SWE-smith) run on that image itself, "
-    "its layers imported into the store: a folder of image archives (docker save, OCI layout) "
-    "or registry:HOST[:PORT].",
-    callback=_image_source,
-)
-WorkersOption = typer.Option(
-    2, "--max-workers", "-j", help="Instances built at once.", callback=positive
-)
-
-
-class CliError(SweflowError):
-    """A command-line input that cannot be used."""
-
-
-def load_dataset_rows(dataset: str, split: str | None, ids: list[str] | None) -> list[Instance]:
-    """Load the dataset, printing bad rows (named) and going on with the good ones."""
-    from sweflow.instances import load_instances
-
-    wanted = [i.strip() for value in ids or () for i in value.split(",") if i.strip()]
-    result = load_instances(dataset, split, instances=wanted or None)
-    err = Console(stderr=True)
-    for error in result.errors:
-        err.print(f"[yellow]skipped:[/] {error}", highlight=False)
-    if not result.instances:
-        raise CliError(f"no usable instances in {dataset}")
-    return result.instances
-
-
-@dataclass(frozen=True)
-class DatasetArgs:
-    """The dataset and build options that ``dataset_options`` gives a command."""
-
-    dataset: str = field(metadata={"option": DatasetOption})
-    split: str | None = field(metadata={"option": SplitOption})
-    specs: Path | None = field(metadata={"option": SpecsOption})
-    repo_mirror: Path | None = field(metadata={"option": MirrorOption})
-    repo: Path | None = field(metadata={"option": RepoOption})
-    repo_url: str | None = field(metadata={"option": RepoUrlOption})
-    instances: list[str] | None = field(metadata={"option": InstancesOption})
-    store: Path = field(metadata={"option": StoreOption})
-    base: str | None = field(metadata={"option": BaseOverride})
-    images: str | None = field(metadata={"option": ImagesOption})
-    wheelhouse: Path | None = field(metadata={"option": WheelhouseOption})
-    max_workers: int = field(metadata={"option": WorkersOption})
-
-    def rows(self) -> list[Instance]:
-        """The dataset's rows (bad ones named, left out), its specs read: what is checked
-        before a build writes anything."""
-        from sweflow.harness.specs import load_specs
-
-        load_specs(self.specs_path())
-        return load_dataset_rows(self.dataset, self.split, self.instances)
-
-    def specs_path(self) -> Path:
-        from sweflow.envcache.dataset import dataset_specs
-
-        return dataset_specs(self.dataset, self.specs)
-
-    def builder(self) -> EnvBuilder:
-        from sweflow.envcache.dataset import dataset_builder
-
-        return dataset_builder(
-            self.dataset,
-            self.store,
-            specs=self.specs,
-            mirror=self.repo_mirror,
-            repo_path=self.repo,
-            repo_url=self.repo_url,
-            base=self.base,
-            images=self.images,
-            wheelhouse=self.wheelhouse,
-            max_workers=self.max_workers,
-        )
-
-
-dataset_options = option_group(DatasetArgs)
-
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
-
-
-def build_with_progress(
-    builder: EnvBuilder, instances: list[Instance], executor: Executor | None = None
-) -> list[BuildResult]:
-    """Build on ``executor`` (this process's threads by default) with a progress bar."""
-    from sweflow.cluster.environments import BuildWork, build_instances
-    from sweflow.cluster.local import LocalExecutor
-
-    executor = executor or LocalExecutor(builder.store.root)
-    with _progress() as bar:
-        task = bar.add_task("building environments", total=len(instances))
-
-        def update(result: BuildResult) -> None:
-            bar.update(task, advance=1, description=f"{result.status}: {result.instance_id}")
-
-        work = BuildWork(builder.specs, builder.options)
-        return build_instances(executor, work, instances, on_done=update)
-
-
-def print_retries(executor: Executor) -> None:
-    """Say which instances ran more than once (their node died) and where."""
-    for retry in executor.retries():
-        console.print(f"[yellow]retried:[/] {retry.item} (ran on {' then '.join(retry.nodes)})")
 
 
 def print_build_table(results: list[BuildResult]) -> None:
@@ -210,30 +61,34 @@ def print_build_table(results: list[BuildResult]) -> None:
 def env_build(
     data: DatasetArgs,
     pack: str = typer.Option(None, "--pack", help="Pack built layers: squashfs or erofs."),
-    ray: str | None = RayOption,
+    executor_name: str | None = ExecutorOption,
 ) -> None:
     """Build (or find cached) the layers of every instance; exit 1 if any failed.
 
     Examples:
       sweflow env build -d data/demo --store store/
       sweflow env build -d tasks.jsonl --specs specs.yaml --repo-mirror mirrors/ -s store -i A,B
-      sweflow env build -d data/demo --store store/ --ray 127.0.0.1:6379
+      sweflow env build -d data/demo --store store/ --executor ray:127.0.0.1:6379
     """
     if pack not in (None, "squashfs", "erofs"):
         raise CliError(f"--pack must be squashfs or erofs, not {pack!r}")
-    if pack and ray:
-        raise CliError("--pack packs this machine's store: not with --ray")
-    rows = data.rows()
+    if pack and executor_name not in (None, "local"):
+        raise CliError("--pack packs this machine's store: not with --executor")
+    dataset = data.load()
+    rows = dataset.rows
     work_starts(f"build {len(rows)} instance(s) into {data.store}")
-    builder = data.builder()
-    executor = cli_executor(ray, data.store)
-    results = build_with_progress(builder, rows, executor)
+    executor = cli_executor(executor_name, data.store)
+    results = data.build_with_progress(dataset, rows, executor)
     print_retries(executor)
     print_build_table(results)
     if pack:
+        from sweflow.envcache.builder import EnvBuilder
+
+        work = data.build_work(dataset)
         with console.status(f"packing layers as {pack}"):
             done = [r.instance_id for r in results if r.status != "error"]
-            console.print(f"packed {builder.pack(done, pack)} layer(s) as {pack}")
+            packed = EnvBuilder(work.specs, work.options).pack(done, pack)
+            console.print(f"packed {packed} layer(s) as {pack}")
     if any(r.status == "error" for r in results):
         raise typer.Exit(1)
 
@@ -255,24 +110,24 @@ def env_validate(
     timeout: float = typer.Option(
         1800.0, "--timeout", help="Seconds per test run.", callback=positive
     ),
-    ray: str | None = RayOption,
+    executor_name: str | None = ExecutorOption,
 ) -> None:
     """Build what is missing, then check each instance's tests both ways in fresh sandboxes.
 
     Examples:
       sweflow env validate -d data/demo --store store/ --out valid.jsonl --report report/ --runs 2
-      sweflow env validate -d data/demo --store store/ --out v.jsonl --report r/ --ray auto
+      sweflow env validate -d data/demo --store store/ --out v.jsonl --report r/ --executor ray:auto
     """
-    from sweflow.cluster.environments import BuildWork, ValidateWork, validate_instances
+    from sweflow.cluster.environments import ValidateWork, validate_instances
     from sweflow.envcache.validate import write_outputs
 
-    rows = data.rows()
+    dataset = data.load()
+    rows = dataset.rows
     work_starts(f"build and validate {len(rows)} instance(s) in {data.store}")
-    builder = data.builder()
-    executor = cli_executor(ray, data.store)
-    build_with_progress(builder, rows, executor)
-    work = ValidateWork(BuildWork(builder.specs, builder.options), runs, timeout)
-    with _progress() as bar:
+    executor = cli_executor(executor_name, data.store)
+    data.build_with_progress(dataset, rows, executor)
+    work = ValidateWork(data.build_work(dataset), runs, timeout)
+    with progress_bar() as bar:
         task = bar.add_task("validating", total=len(rows))
         results = validate_instances(
             executor,
@@ -326,7 +181,7 @@ def env_gc(
         "--grace",
         help="Seconds after its last use that an instance's spec or build still counts as in "
         "use (a sandbox about to open on it); open sandboxes are always in use.",
-        min=0.0,
+        callback=non_negative,
     ),
 ) -> None:
     """Remove layers no manifest needs (and manifests not in --dataset), with the bytes freed.
@@ -368,11 +223,12 @@ ExistingStoreOption = typer.Option(
 
 
 @contextmanager
-def _layer_bar(description: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress bar over a store's layers, and the ``progress(done, total)`` that moves it."""
-    with _progress() as bar:
+def _layer_bar(description: str) -> Iterator[Progress]:
+    """A progress bar over a store's layers, and the progress that moves it (the bar keeps
+    ``description``, not each layer's name)."""
+    with progress_bar() as bar:
         task = bar.add_task(description, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+        yield lambda _layer, done=0, total=0: bar.update(task, completed=done, total=total)
 
 
 def _mb(nbytes: int) -> str:
@@ -417,15 +273,21 @@ def env_du(
     for column in ("layers", "count", "files", "as whole trees MB", "only theirs MB"):
         table.add_column(column, justify="left" if column == "layers" else "right")
     for kind, row in usage.by_kind.items():
-        table.add_row(kind, str(row.layers), f"{row.files:,}", _mb(row.apparent_bytes),
-                      _mb(row.own_bytes))  # fmt: skip
+        table.add_row(
+            kind, str(row.layers), f"{row.files:,}", _mb(row.apparent_bytes), _mb(row.own_bytes)
+        )
     table.add_row("shared by several", "", "", "", _mb(usage.shared_bytes))
     for kinds, nbytes in usage.shared_by_kinds.items():
         *most, last = kinds.split("+")
         who = f"{', '.join(most)} and {last}" if most else last
         table.add_row(f"  by {who} layers", "", "", "", _mb(nbytes))
-    table.add_row("[bold]on disk[/]", str(usage.layers), f"{usage.distinct_files:,}",
-                  _mb(usage.apparent_bytes), f"[bold]{_mb(usage.disk_bytes)}[/]")  # fmt: skip
+    table.add_row(
+        "[bold]on disk[/]",
+        str(usage.layers),
+        f"{usage.distinct_files:,}",
+        _mb(usage.apparent_bytes),
+        f"[bold]{_mb(usage.disk_bytes)}[/]",
+    )
     console.print(table)
     per = usage.mb_per_instance
     dedup = usage.files_deduplicated_pct

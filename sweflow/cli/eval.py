@@ -10,18 +10,17 @@ from rich.table import Table
 
 from sweflow.cli.common import (
     BackendOption,
-    RayOption,
+    ExecutorOption,
     cli_executor,
     console,
     folder_or_new,
     path_name,
     positive,
+    progress_bar,
     work_starts,
 )
-from sweflow.cli.env import (
+from sweflow.cli.datasets import (
     DatasetArgs,
-    _progress,
-    build_with_progress,
     dataset_options,
     print_retries,
 )
@@ -58,7 +57,7 @@ def eval_command(
         "settings, hide paths from the diff, reach into the test runner, or end the run early): "
         "unresolved, with the reason in report.json. Off by default, as in the official harness.",
     ),
-    ray: str | None = RayOption,
+    executor_name: str | None = ExecutorOption,
 ) -> None:
     """Build what is missing, grade each prediction in a fresh sandbox, write swebench's files.
 
@@ -66,14 +65,14 @@ def eval_command(
       sweflow eval -d data/demo --store store/ -p gold --run-id gold
       sweflow eval -d data/demo/tasks.jsonl --store store/ -p preds.json --run-id r1 -b docker
       sweflow eval -d data/demo --store store/ -p preds.json --run-id r2 --tamper-guard
-      sweflow eval -d data/demo --store store/ -p gold --run-id gold --ray 127.0.0.1:6379
+      sweflow eval -d data/demo --store store/ -p gold --run-id gold --executor ray:127.0.0.1:6379
     """
-    from sweflow.cluster.environments import BuildWork
     from sweflow.grading.evaluate import evaluate
     from sweflow.grading.predictions import load_predictions
     from sweflow.grading.reward import Grader
 
-    rows = data.rows()
+    dataset = data.load()
+    rows = dataset.rows
     preds = load_predictions(predictions, rows)
     err = Console(stderr=True)
     for error in preds.errors:
@@ -81,17 +80,16 @@ def eval_command(
     wanted = {p.instance_id for p in preds.items}
     rows_to_build = [r for r in rows if r.instance_id in wanted]
     work_starts(f"grade {len(preds.items)} prediction(s) as run {run_id} on {backend}")
-    builder = data.builder()
-    executor = cli_executor(ray, data.store)
-    build_with_progress(builder, rows_to_build, executor)
+    executor = cli_executor(executor_name, data.store)
+    data.build_with_progress(dataset, rows_to_build, executor)
     grader = Grader(
         data.store,
-        builder.specs,
+        dataset.specs,
         backend=backend,
         timeout_s=timeout,
         tamper_guard=tamper_guard,
     )
-    with _progress() as bar:
+    with progress_bar() as bar:
         task = bar.add_task("grading", total=len(preds.items))
         summary = evaluate(
             grader,
@@ -105,7 +103,7 @@ def eval_command(
                 task, advance=1, description=f"{o.status}: {o.instance_id}"
             ),
             executor=executor,
-            build=BuildWork(builder.specs, builder.options),
+            build=data.build_work(dataset),
         )
     print_retries(executor)
     table = Table(title=f"sweflow eval {run_id}")

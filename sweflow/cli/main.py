@@ -21,6 +21,7 @@ from sweflow.cli.common import (
 )
 from sweflow.cli.env import env_app
 from sweflow.cli.eval import eval_command
+from sweflow.cli.inspector import export_app, inspect_command
 from sweflow.cli.pipeline import pipeline_app
 from sweflow.cli.ray import ray_app
 from sweflow.cli.sandbox import sandbox_app
@@ -36,12 +37,14 @@ app.add_typer(model_app, name="model")
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(train_app, name="train")
 app.add_typer(ray_app, name="ray")
+app.add_typer(export_app, name="export")
 app.command("collect")(collect_command)
 app.command("infer")(infer_command)
 app.command("correct")(correct_command)
 app.command("serve")(serve_command)
 app.command()(synth)
 app.command("eval")(eval_command)
+app.command("inspect")(inspect_command)
 
 
 @app.callback()
@@ -78,7 +81,7 @@ def demo(base: str = BaseOption) -> None:
     Example:
       sweflow demo --base debian:bookworm
     """
-    from sweflow.demo import run_demo
+    from sweflow.sandbox.demo import run_demo
 
     work_starts(f"open a sandbox on {base}")
     root = spec_from_options(base, [], "/", False).layers[0]

@@ -8,14 +8,17 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from sweflow.cli.common import App, console
+from sweflow.cli.tracking import TrackingArgs, tracking_options
 from sweflow.paths import CHECKOUT
 
 pipeline_app = App(help="The Prefect pipeline's config and stages (runs go through Prefect).")
 
 
 @pipeline_app.command("config")
+@tracking_options
 def pipeline_config(
     config: Path = typer.Argument(
         CHECKOUT / "configs" / "demo.yaml",
@@ -26,6 +29,13 @@ def pipeline_config(
         None, help="Settings by dotted name, e.g. agent.max_steps=12 model.temperature=0.7."
     ),
     json_out: bool = typer.Option(False, "--json", help="As the JSON `--params` of a deployment."),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="Also read the config's datasets as the run will (from disk or the Hugging Face "
+        "cache, never the network): rows, formats, images and recipes; a Hub id not in the "
+        "cache is named as what the run would download.",
+    ),
     root: Path = typer.Option(
         CHECKOUT,
         "--root",
@@ -33,22 +43,52 @@ def pipeline_config(
         "checkout, where the bundled deployments run.",
         show_default=False,
     ),
+    *,
+    tracking: TrackingArgs,
 ) -> None:
-    """Validate a config with its overrides and print it whole, defaults filled in.
+    """Validate a config with its overrides and print it whole, defaults filled in. The
+    tracking options set its tracking section (a tracker that does not answer is refused).
 
     Examples:
       sweflow pipeline config configs/demo.yaml agent.max_steps=12
+      sweflow pipeline config configs/r2egym-agentsandbox.yaml --check
       prefect deployment run end-to-end/demo --params "$(sweflow pipeline config --json)"
+      sweflow pipeline config --mlflow sqlite:///runs/mlflow.db --wandb swe-agents --wandb-offline
     """
     from sweflow.pipeline.config import load_pipeline_config
 
-    loaded = load_pipeline_config(config, overrides or [], root=root).model_dump(mode="json")
+    checked = load_pipeline_config(config, [*(overrides or []), *tracking.overrides()], root=root)
+    if check:
+        _print_data_check(checked, root)
+        return
+    loaded = checked.model_dump(mode="json")
     if json_out:
         sys.stdout.write(json.dumps({"config": loaded}) + "\n")
     else:
         import yaml
 
         sys.stdout.write(yaml.safe_dump(loaded, sort_keys=False, width=100))
+
+
+def _print_data_check(config, root: Path) -> None:
+    from sweflow.pipeline.datacheck import check_data
+
+    table = Table(title=f"data of pipeline config {config.name}")
+    for column in ("field", "source", "rows", "formats", "with image", "with recipe", "skipped"):
+        table.add_column(column, overflow="fold")
+    notes = []
+    for c in check_data(config, root):
+        counts = (
+            ("-",) * 5
+            if c.rows is None
+            else (c.rows, c.formats, c.with_image, c.with_recipe, c.skipped)
+        )
+        table.add_row(*(Text(str(cell)) for cell in (c.field, c.source, *counts)))
+        if c.note:
+            notes.append(f"{c.field}: {c.note}")
+    console.print(table)
+    for note in notes:
+        console.print(Text(note))  # plain text: ":train" is no emoji code
 
 
 @pipeline_app.command("stages")

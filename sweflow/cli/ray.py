@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from sweflow.cli.common import App, folder_or_new, positive, work_starts
+from sweflow.cli.common import App, folder_or_new, port_number, positive, work_starts
 
 ray_app = App(help="Run sweflow's per-instance work on a Ray cluster.")
 
@@ -32,8 +32,10 @@ def ray_start(
         callback=positive,
     ),
     name: str | None = typer.Option(None, "--name", help="The node's name in reports."),
-    port: int = typer.Option(6379, "--port", help="The head's port.", callback=positive),
-    cpus: int | None = typer.Option(None, "--cpus", help="CPUs Ray may use (default: all)."),
+    port: int = typer.Option(6379, "--port", help="The head's port.", callback=port_number),
+    cpus: int | None = typer.Option(
+        None, "--cpus", help="CPUs Ray may use (default: all).", callback=positive
+    ),
     node_ip: str | None = typer.Option(
         None, "--node-ip", help="The address this node is reached at (127.0.0.1: loopback only)."
     ),
@@ -53,13 +55,21 @@ def ray_start(
         ray_start_command,
     )
 
-    ray = shutil.which("ray", path=os.pathsep.join([str(Path(sys.executable).parent),
-                                                    os.environ.get("PATH", "")]))  # fmt: skip
+    ray = shutil.which(
+        "ray", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    )
     if ray is None:
         raise typer.BadParameter("Ray is not installed: pip install 'sweflow[ray]'")
-    command = ray_start_command(ray, address=address, port=port, slots=slots or default_slots(),
-                                cpus=cpus, node_ip=node_ip, dashboard=dashboard,
-                                temp_dir=temp_dir)  # fmt: skip
+    command = ray_start_command(
+        ray,
+        address=address,
+        port=port,
+        slots=slots or default_slots(),
+        cpus=cpus,
+        node_ip=node_ip,
+        dashboard=dashboard,
+        temp_dir=temp_dir,
+    )
     work_starts(f"start a Ray {'node joining ' + address if address else 'head'}")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     if store is not None:

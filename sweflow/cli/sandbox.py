@@ -125,6 +125,18 @@ def sandbox_serve_e2b(
     base: str = typer.Option(
         "debian:bookworm", help="What the SDK's default template `base` opens (a --base value)."
     ),
+    allow_base: list[str] = typer.Option(
+        [],
+        "--allow-base",
+        help="Another base clients may name as a template (repeat the option): debian:SUITE, "
+        "docker:IMAGE, a directory, or host (the host's own files: see Security).",
+    ),
+    allow_host_dirs: bool = typer.Option(
+        False,
+        "--allow-host-dirs",
+        help="Let clients name any host directory as a template (never / nor the host-root "
+        "view); without it, a template is never a path the client picks.",
+    ),
     layers_from: list[Path] = typer.Option(
         [],
         "--layers-from",
@@ -134,22 +146,44 @@ def sandbox_serve_e2b(
     templates: Path | None = typer.Option(
         None, help="Where templates built with the SDK's Template.build are kept."
     ),
+    key_file: Path | None = typer.Option(
+        None,
+        "--key-file",
+        help="Also write the API key to this file, readable by its owner only (0600).",
+        dir_okay=False,
+    ),
+    max_upload_mb: int = typer.Option(
+        8192,
+        min=1,
+        help="Largest template upload (a COPY step's files), and what one may unpack to, in MiB.",
+    ),
 ) -> None:
     """Serve E2B's control API and envd over local sandboxes, for the e2b SDK on this machine.
 
-    Point the SDK at it with E2B_API_URL and E2B_SANDBOX_URL (both this address) and any
-    E2B_API_KEY. A template is an instance id of --store, a base (debian:SUITE, host,
-    docker:IMAGE, a directory), or one built here with the SDK's Template.build (from a
-    template; kept in --templates, default ~/.cache/sweflow/e2b-templates). Ctrl-C closes every
-    sandbox.
+    Point the SDK at it with E2B_API_URL and E2B_SANDBOX_URL (both this address) and
+    E2B_API_KEY (the key below). A template is an instance id of --store, the base (`base`,
+    the --base value) or an --allow-base one, or one built here with the SDK's Template.build
+    (from a template; kept in --templates, default ~/.cache/sweflow/e2b-templates). Ctrl-C
+    closes every sandbox.
+
+    Security: every request needs the API key (X-API-KEY, as the SDK sends E2B_API_KEY): it is
+    $SWEFLOW_E2B_API_KEY if set (16 characters at least; an option would show it in ps), else a
+    new random one printed at start (and written to --key-file). Whoever holds it may use every
+    sandbox of the endpoint; a sandbox's envd (commands, files) takes only that sandbox's access
+    token, which its create reply carries. Clients name no host paths: --allow-host-dirs lets
+    them name any host directory, and --allow-base host the host's own root (masked, but
+    commands there run as root over the host's files; the file routes serve only files every
+    user may read). It listens on loopback only.
 
     Example:
       sweflow sandbox serve-e2b --store ~/.cache/sweflow/store --port 49982
+      sweflow sandbox serve-e2b --key-file ~/.e2b-key --allow-base debian:trixie
     """
     import uvicorn
 
     from sweflow.cli.common import base_layer
     from sweflow.e2b_endpoint.app import endpoint_app, template_specs
+    from sweflow.e2b_endpoint.auth import KEY_ENV, key_from_env, new_secret, write_key_file
     from sweflow.e2b_endpoint.builds import TemplateBuilds
     from sweflow.e2b_endpoint.registry import Registry
     from sweflow.envcache.store import LayerStore
@@ -159,21 +193,57 @@ def sandbox_serve_e2b(
         raise typer.BadParameter(
             f"{store} is not a layer store (no manifests/ in it)", param_hint="--store"
         )
+    if key_file is not None and not key_file.expanduser().parent.is_dir():
+        raise typer.BadParameter(f"{key_file.parent} is not a directory", param_hint="--key-file")
+    for name in allow_base:
+        if (
+            name != "host"
+            and not name.startswith(("debian:", "docker:"))
+            and not Path(name).is_dir()
+        ):
+            raise typer.BadParameter(
+                f"{name!r}: a base is debian:SUITE, docker:IMAGE, host or a directory",
+                param_hint="--allow-base",
+            )
+    given = key_from_env()
     work_starts(f"serve an E2B endpoint on port {port}")
+    key = given or new_secret()
+    if key_file is not None:
+        write_key_file(key_file.expanduser(), key)
     layer_store = LayerStore(store) if store is not None else None
-    base_layer(base)  # built now if needed, not on the first create
-    builds = TemplateBuilds(templates or cache_root() / "e2b-templates", lambda name: specs(name))
+    for name in (base, *allow_base):
+        base_layer(name)  # built now if needed, not on the first create
+    builds = TemplateBuilds(
+        templates or cache_root() / "e2b-templates",
+        lambda name: specs(name),
+        key,
+        max_upload_mb << 20,
+    )
     roots = [*layers_from, *([store, rootfs_cache()] if store is not None else [])]
-    specs = template_specs(layer_store, base_layer, base, roots, built=builds.spec)
+    specs = template_specs(
+        layer_store,
+        base_layer,
+        base,
+        roots,
+        built=builds.spec,
+        bases=allow_base,
+        host_dirs=allow_host_dirs,
+    )
     registry = Registry(specs)
     url = f"http://127.0.0.1:{port}"
+    shown = f"${KEY_ENV}" if given else key
     console.print(
         f"E2B endpoint on {url}\n  export E2B_API_URL={url} E2B_SANDBOX_URL={url} "
-        "E2B_API_KEY=local",
+        f"E2B_API_KEY={shown}",
         highlight=False,
         soft_wrap=True,
     )
     # open command streams must not hold Ctrl-C up: after half a second they are cut, and the
     # app's shutdown closes every sandbox
-    uvicorn.run(endpoint_app(registry, builds), host="127.0.0.1", port=port, log_level="warning",
-                timeout_graceful_shutdown=0.5)  # fmt: skip
+    uvicorn.run(
+        endpoint_app(registry, key, builds),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=0.5,
+    )

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import typer
 
-from sweflow.cli.common import App, console, folder_or_new, model_ref, work_starts
+from sweflow.cli.common import (
+    App,
+    console,
+    folder_or_new,
+    model_ref,
+    port_number,
+    positive,
+    work_starts,
+)
 
 model_app = App(help="Model folders: prepare the embedded default model.")
 
@@ -20,10 +28,12 @@ def serve_command(
         help="A Hugging Face folder, a bundled model name, or a Hub id.",
         callback=model_ref,
     ),
-    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on.", callback=port_number),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     served_name: str = typer.Option(None, "--served-name", help="Model name (default: folder)."),
-    max_model_len: int = typer.Option(4096, "--max-model-len", help="Context length."),
+    max_model_len: int = typer.Option(
+        4096, "--max-model-len", help="Context length.", callback=positive
+    ),
     tool_parser: str = typer.Option(
         "auto", "--tool-parser", help="auto (by model family), none, or a vLLM parser name."
     ),
@@ -59,7 +69,7 @@ def serve_command(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     console.print(f"starting vLLM for {model}; log: {log_path}", highlight=False)
-    with vllm_server(cfg, log_path, progress=lambda line: console.print(line, highlight=False)):
+    with vllm_server(cfg, log_path, progress=lambda line, *_: console.print(line, highlight=False)):
         console.print(f"[green]serving[/] {cfg.name} at {cfg.base_url} (Ctrl-C stops it)")
         try:
             while True:

@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sweflow.cli.common import (
-    RayOption,
+    ExecutorOption,
     WheelhouseOption,
     cli_executor,
     console,
@@ -48,13 +48,13 @@ def synth(
     final_check: bool = typer.Option(
         None, "--final-check/--no-final-check", help="Build and validate the emitted tasks."
     ),
-    ray: str | None = RayOption,
+    executor_name: str | None = ExecutorOption,
 ) -> None:
     """Synthesize validated tasks (bug + hidden failing tests + fix) from real repositories.
 
     Examples:
       sweflow synth --config configs/synth-demo.yaml
-      sweflow synth --source pypi:toolz==1.0.0 --out data/toolz/tasks.jsonl -n 5 --ray auto
+      sweflow synth --source pypi:toolz==1.0.0 --out data/toolz/tasks.jsonl -n 5 --executor ray:auto
     """
     from sweflow.configfile import validate_model
     from sweflow.synth.config import SynthConfig, SynthConfigError, load_config
@@ -80,12 +80,12 @@ def synth(
         cfg = validate_model(SynthConfig, given, "synth options", SynthConfigError)
     work_dir = work or cfg.out.parent / ".synth-work"
     work_starts(f"synthesize from {len(cfg.sources)} source(s) into {cfg.out}")
-    executor = cli_executor(ray, work_dir / "store")
+    executor = cli_executor(executor_name, work_dir / "store")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
         bar = progress.add_task("starting", total=None)
 
-        def update(what: str, done: int, total: int) -> None:
+        def update(what: str, done: int = 0, total: int = 0) -> None:
             progress.update(bar, description=what, completed=done, total=total)
 
         synthesizer = Synthesizer(

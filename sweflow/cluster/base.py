@@ -57,7 +57,7 @@ class Executor(Protocol):
     name: str
     distributed: bool
     """Whether work runs on other machines' stores: agent runs then travel as work items
-    (sweflow.agent.executor_batch), and what the nodes built must be brought here
+    (sweflow.agent.runs.executor_batch), and what the nodes built must be brought here
     (:meth:`bring`) before this process opens a sandbox of it."""
     ray_address: str | None
     """The Ray cluster this executor runs on, for trainers that launch on Ray themselves

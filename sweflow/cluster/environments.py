@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,18 +43,33 @@ class BuildWork:
     specs: SpecTable
     options: BuildOptions
 
-    def builder(self, node: Node) -> EnvBuilder:
-        return _builder(self.specs, self.options.model_copy(update={"store": node.store}))
-
-    def ensure(self, instance: Instance, node: Node) -> tuple[EnvBuilder, BuildResult]:
-        """The instance on this node: found, brought from a peer (``cached``), or built."""
-        builder = self.builder(node)
-        if not builder.store.has_instance(instance.instance_id):
+    def builder(self, node: Node, instance: Instance | None = None) -> EnvBuilder:
+        """This node's builder; with ``instance``, which it then has if a peer had it."""
+        builder = _builder(self.specs, self.options.model_copy(update={"store": node.store}))
+        if instance is not None and not builder.store.has_instance(instance.instance_id):
             node.fetch(builder.store, instance.instance_id)
-        return builder, builder.build_one(instance)
+        return builder
+
+    def unbuildable(self, instances: Sequence[Instance]) -> dict[str, BuildResult]:
+        """The build's first check on this process's store (``EnvBuilder.unbuildable``)."""
+        return _builder(self.specs, self.options).unbuildable(instances)
+
+    @contextmanager
+    def ensured(self, instance: Instance, node: Node) -> Iterator[tuple[EnvBuilder, BuildResult]]:
+        """The instance on this node: found, brought from a peer (``cached``), or built; its
+        lease held until the block ends (``EnvBuilder.build_held``), so that no gc, whatever
+        its grace, removes it before the block's grading or validation has its sandbox."""
+        builder = self.builder(node, instance)
+        result, held = builder.build_held(instance)
+        try:
+            yield builder, result
+        finally:
+            if held is not None:
+                held.release()
 
     def __call__(self, instance: Instance, out: Path, node: Node) -> BuildResult:
-        builder, result = self.ensure(instance, node)
+        builder = self.builder(node, instance)
+        result = builder.build_one(instance)
         log = builder.log_path(instance.instance_id)
         kept = out / log.name
         if log.exists() and log.resolve() != kept.resolve():
@@ -76,9 +92,9 @@ class ValidateWork:
                 raise ConfigError(f"validate: {name} must be positive, got {getattr(self, name)}")
 
     def __call__(self, instance: Instance, out: Path, node: Node) -> Validation:
-        builder, built = self.build.ensure(instance, node)
-        prepared = builder.prepare_validation(instance, built)
-        return validate_one(prepared, out, self.runs, self.timeout)
+        with self.build.ensured(instance, node) as (builder, built):
+            prepared = builder.prepare_validation(instance, built)
+            return validate_one(prepared, out, self.runs, self.timeout)
 
 
 def build_instances(
@@ -90,7 +106,7 @@ def build_instances(
 ) -> list[BuildResult]:
     """Every instance built (in order); one whose repository has no source is an error naming
     it, and nothing is built when no repository has one."""
-    failed = EnvBuilder(work.specs, work.options).unbuildable(instances)
+    failed = work.unbuildable(instances)
     for result in failed.values():
         if on_done:
             on_done(result)

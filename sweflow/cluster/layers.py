@@ -45,8 +45,9 @@ def export_layer(store: LayerStore, digest: str) -> LayerPayload:
     """The layer ``digest`` of ``store`` as a tar (a packed layer is read through its mount)."""
     info = store.layer_info(digest)
     tree = store.layer_path(digest).resolve()
-    done = subprocess.run(["tar", *_TAR_FLAGS, "-C", str(tree), "-cf", "-", "."],
-                          capture_output=True)  # fmt: skip
+    done = subprocess.run(
+        ["tar", *_TAR_FLAGS, "-C", str(tree), "-cf", "-", "."], capture_output=True
+    )
     if done.returncode != 0:
         raise StoreError(f"layer {digest}: tar failed: {done.stderr.decode(errors='replace')}")
     return LayerPayload(info, done.stdout)
@@ -83,8 +84,9 @@ def import_layer(store: LayerStore, payload: LayerPayload) -> None:
 
 
 def _untar(payload: LayerPayload, into: Path) -> None:
-    done = subprocess.run(["tar", *_TAR_FLAGS, "-C", str(into), "-xpf", "-"],
-                          input=payload.tar, capture_output=True)  # fmt: skip
+    done = subprocess.run(
+        ["tar", *_TAR_FLAGS, "-C", str(into), "-xpf", "-"], input=payload.tar, capture_output=True
+    )
     if done.returncode != 0:
         shutil.rmtree(into, ignore_errors=True)
         why = done.stderr.decode(errors="replace")

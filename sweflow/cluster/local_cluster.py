@@ -64,20 +64,40 @@ class LocalCluster:
         """Start a node named ``name`` with its own store (default: under ``root``); waits until
         it joins."""
         store = store or self.root / f"store-{name}"
-        command = [sys.executable, "-m", "sweflow.cli", "ray", "start", "--store", str(store),
-                   "--slots", str(slots), "--cpus", str(cpus), "--name", name,
-                   "--node-ip", "127.0.0.1"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "sweflow.cli",
+            "ray",
+            "start",
+            "--store",
+            str(store),
+            "--slots",
+            str(slots),
+            "--cpus",
+            str(cpus),
+            "--name",
+            name,
+            "--node-ip",
+            "127.0.0.1",
+        ]
         if self.nodes:
             command += ["--address", self.address]
         else:
-            command += ["--port", str(self.port), "--no-dashboard",
-                        "--temp-dir", str(self.root / "ray")]  # fmt: skip
+            command += [
+                "--port",
+                str(self.port),
+                "--no-dashboard",
+                "--temp-dir",
+                str(self.root / "ray"),
+            ]
         log = open(self.root / f"node-{name}.log", "w")  # noqa: SIM115 - the node's lifetime
         # a loopback cluster of this machine's own processes: no token auth, which `ray start`
         # turns on when ~/.ray/auth_token exists while a driver's default stays off
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         node = LocalNode(name, store, process)
         self.nodes.append(node)
         self._wait_for(len(self.nodes), log.name)
@@ -97,8 +117,10 @@ class LocalCluster:
         """How many nodes the head counts alive (asked from a short-lived driver)."""
         done = subprocess.run(
             [sys.executable, "-c", _COUNT_NODES, self.address],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         return int(done.stdout.strip() or 0) if done.returncode == 0 else 0
 
     def stop(self) -> None:

@@ -36,8 +36,14 @@ def ray_start_command(
     temp_dir: Path | None,
 ) -> list[str]:
     """The ``ray start --block`` command line of a head (no ``address``) or a joining node."""
-    command = [ray, "start", "--block", "--disable-usage-stats",
-               "--resources", json.dumps({SLOT: slots})]  # fmt: skip
+    command = [
+        ray,
+        "start",
+        "--block",
+        "--disable-usage-stats",
+        "--resources",
+        json.dumps({SLOT: slots}),
+    ]
     if address is None:
         command += ["--head", f"--port={port}", f"--include-dashboard={str(dashboard).lower()}"]
         if temp_dir is not None:

@@ -74,8 +74,11 @@ def rebase(value: Any, old: str, new: str) -> Any:
     if isinstance(value, Path):
         return Path(str(value).replace(old, new))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: rebase(getattr(value, f.name), old, new)
-                  for f in dataclasses.fields(value) if f.init}  # fmt: skip
+        fields = {
+            f.name: rebase(getattr(value, f.name), old, new)
+            for f in dataclasses.fields(value)
+            if f.init
+        }
         return dataclasses.replace(value, **fields)
     if isinstance(value, BaseModel):
         return value.model_copy(update={k: rebase(v, old, new) for k, v in value})
@@ -125,10 +128,11 @@ class RayExecutor:
         self.dashboard_url = self._connect(address)
         self.nodes = self._slot_nodes()
         servers = {
-            node_id: ray.remote(StoreServer).options(num_cpus=0, scheduling_strategy=_on(node_id))
+            node_id: ray.remote(StoreServer)
+            .options(num_cpus=0, scheduling_strategy=_on(node_id))
             .remote(str(self.store))
             for node_id in self.nodes
-        }  # fmt: skip
+        }
         own = ray.get_runtime_context().get_node_id()
         ledger = ray.remote(Ledger).options(num_cpus=0, scheduling_strategy=_on(own)).remote()
         self.stores = NodeStores(str(self.store), servers, ledger)
@@ -149,8 +153,12 @@ class RayExecutor:
         if ray.is_initialized():  # this process joined a cluster already (a test, a notebook)
             return ray.init(ignore_reinit_error=True).dashboard_url or ""
         if address is None:
-            context = ray.init(num_cpus=os.cpu_count(), resources={SLOT: default_slots()},
-                               include_dashboard=False, log_to_driver=False)  # fmt: skip
+            context = ray.init(
+                num_cpus=os.cpu_count(),
+                resources={SLOT: default_slots()},
+                include_dashboard=False,
+                log_to_driver=False,
+            )
         else:
             context = ray.init(address=address, log_to_driver=False)
         return context.dashboard_url or ""
@@ -200,8 +208,11 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
             raise
         attempts, _ = ray.get(self.ledger.state.remote())
-        self._retries = [Retry(key, [name for name, _ in runs])
-                         for key, runs in attempts.items() if len(runs) > 1]  # fmt: skip
+        self._retries = [
+            Retry(key, [name for name, _ in runs])
+            for key, runs in attempts.items()
+            if len(runs) > 1
+        ]
         self.homes.update({key: runs[-1][1] for key, runs in attempts.items()})
         self.moved = ray.get(self.ledger.transfers.remote())
         return results
@@ -247,8 +258,10 @@ class RayExecutor:
             waiting = [keys[i] for i in pending.values() if keys[i] not in attempts]
             waited = time.monotonic() - last_progress
             if waiting and not told and waited > 5:
-                self.notify(f"ray: {len(waiting)} task(s) waiting for a node with "
-                            f"{self.slots_per_task:g} free {SLOT} ({self._offer()})")  # fmt: skip
+                self.notify(
+                    f"ray: {len(waiting)} task(s) waiting for a node with "
+                    f"{self.slots_per_task:g} free {SLOT} ({self._offer()})"
+                )
                 told = True
             if waiting and waited > self.wait_timeout_s:
                 raise ClusterError(
@@ -279,8 +292,11 @@ class RayExecutor:
 
     def _placement(self) -> dict:
         """A task's Ray options: sandbox slots instead of CPUs, retried where its node died."""
-        return {"num_cpus": 0, "resources": {SLOT: self.slots_per_task},
-                "max_retries": self.max_retries}  # fmt: skip
+        return {
+            "num_cpus": 0,
+            "resources": {SLOT: self.slots_per_task},
+            "max_retries": self.max_retries,
+        }
 
 
 def _on(node_id: str) -> NodeAffinitySchedulingStrategy:

@@ -34,16 +34,30 @@ PORTS = (80, 443)
 
 
 class _SockaddrIn(ctypes.Structure):
-    _fields_ = [("family", ctypes.c_ushort), ("port", ctypes.c_uint16),
-                ("addr", ctypes.c_uint32), ("zero", ctypes.c_char * 8)]  # fmt: skip
+    _fields_ = [
+        ("family", ctypes.c_ushort),
+        ("port", ctypes.c_uint16),
+        ("addr", ctypes.c_uint32),
+        ("zero", ctypes.c_char * 8),
+    ]
 
 
 class _RtEntry(ctypes.Structure):  # struct rtentry, <linux/route.h>
-    _fields_ = [("pad1", ctypes.c_ulong), ("dst", _SockaddrIn), ("gateway", _SockaddrIn),
-                ("genmask", _SockaddrIn), ("flags", ctypes.c_ushort), ("pad2", ctypes.c_short),
-                ("pad3", ctypes.c_ulong), ("pad4", ctypes.c_void_p), ("metric", ctypes.c_short),
-                ("dev", ctypes.c_char_p), ("mtu", ctypes.c_ulong), ("window", ctypes.c_ulong),
-                ("irtt", ctypes.c_ushort)]  # fmt: skip
+    _fields_ = [
+        ("pad1", ctypes.c_ulong),
+        ("dst", _SockaddrIn),
+        ("gateway", _SockaddrIn),
+        ("genmask", _SockaddrIn),
+        ("flags", ctypes.c_ushort),
+        ("pad2", ctypes.c_short),
+        ("pad3", ctypes.c_ulong),
+        ("pad4", ctypes.c_void_p),
+        ("metric", ctypes.c_short),
+        ("dev", ctypes.c_char_p),
+        ("mtu", ctypes.c_ulong),
+        ("window", ctypes.c_ulong),
+        ("irtt", ctypes.c_ushort),
+    ]
 
 
 def route_everything_through_loopback():
@@ -72,8 +86,16 @@ def serve():
     """The recorded sites and httpbin as httpbin.org runs it (gunicorn, gevent workers:
     keep-alive, chunked uploads), once over HTTP and once over HTTPS, as daemons."""
     gunicorn = os.path.join(os.path.dirname(sys.executable), "gunicorn")
-    common = [gunicorn, "--daemon", "--worker-class", "gevent", "--error-logfile", LOG,
-              "--pythonpath", HERE]  # fmt: skip
+    common = [
+        gunicorn,
+        "--daemon",
+        "--worker-class",
+        "gevent",
+        "--error-logfile",
+        LOG,
+        "--pythonpath",
+        HERE,
+    ]
     tls = [
         "--certfile",
         os.path.join(HERE, "server.pem"),

@@ -2,7 +2,9 @@
 
 Bodies and field names follow the e2b SDK's OpenAPI models (``templateID``, ``sandboxID``,
 ``envdVersion``...); errors are ``{"code", "message"}`` with the status the SDK maps to its
-exceptions (404 NotFound, 400 InvalidArgument).
+exceptions (404 NotFound, 400 InvalidArgument). A body is validated (:mod:`.bodies`) before any
+sandbox opens; the create and connect replies carry the sandbox's ``envdAccessToken``, which its
+envd routes require.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sweflow.e2b_endpoint.bodies import BadRequest, ConnectBody, CreateBody, TimeoutBody, parse
 from sweflow.e2b_endpoint.registry import Live, Registry, UnknownSandbox, UnknownTemplate
 from sweflow.errors import SweflowError
 
@@ -26,14 +29,17 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"code": status, "message": message}, status_code=status)
 
 
-def _sandbox(live: Live) -> dict:
-    return {
+def _sandbox(live: Live, *, token: bool = False) -> dict:
+    reply = {
         "templateID": live.template,
         "sandboxID": live.id,
         "clientID": CLIENT_ID,
         "envdVersion": ENVD_VERSION,
         "domain": None,
     }
+    if token:  # what the SDK sends back as X-Access-Token to this sandbox's envd
+        reply["envdAccessToken"] = live.token
+    return reply
 
 
 def _detail(live: Live) -> dict:
@@ -49,26 +55,6 @@ def _detail(live: Live) -> dict:
         "metadata": live.metadata,
         "state": "running",
     }
-
-
-async def _json(request: Request) -> dict:
-    body = await request.body()
-    if not body:
-        return {}
-    try:
-        data = await request.json()
-    except ValueError as exc:
-        raise SweflowError(f"request body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise SweflowError("request body must be a JSON object")
-    return data
-
-
-def _timeout(body: dict) -> int | None:
-    value = body.get("timeout")
-    if value is not None and (not isinstance(value, int) or value <= 0):
-        raise SweflowError(f"timeout must be a positive number of seconds, got {value!r}")
-    return value
 
 
 class ControlRoutes:
@@ -93,23 +79,22 @@ class ControlRoutes:
 
     async def create(self, request: Request) -> Response:
         try:
-            body = await _json(request)
-            template = body.get("templateID")
-            if not isinstance(template, str) or not template:
-                return _error(400, "templateID is required")
+            body = await parse(request, CreateBody)
             live = await asyncio.to_thread(
                 self.registry.create,
-                template,
-                timeout=_timeout(body),
-                metadata=body.get("metadata") or {},
-                env=body.get("envVars") or {},
-                network=body.get("allowInternetAccess"),
+                body.template,
+                timeout=body.timeout,
+                metadata=body.metadata or {},
+                env=body.env_vars or {},
+                network=body.network,
             )
+        except BadRequest as exc:
+            return _error(exc.status, str(exc))
         except UnknownTemplate as exc:
             return _error(404, str(exc))
-        except (SweflowError, ValueError) as exc:
+        except SweflowError as exc:
             return _error(400, str(exc))
-        return JSONResponse(_sandbox(live), status_code=201)
+        return JSONResponse(_sandbox(live, token=True), status_code=201)
 
     async def list(self, request: Request) -> Response:
         wanted = dict(
@@ -140,22 +125,21 @@ class ControlRoutes:
 
     async def set_timeout(self, request: Request) -> Response:
         try:
-            self.registry.set_timeout(
-                request.path_params["sandbox_id"], _timeout(await _json(request))
-            )
+            body = await parse(request, TimeoutBody)
+            self.registry.set_timeout(request.path_params["sandbox_id"], body.timeout)
+        except BadRequest as exc:
+            return _error(exc.status, str(exc))
         except UnknownSandbox as exc:
             return _error(404, str(exc))
-        except SweflowError as exc:
-            return _error(400, str(exc))
         return Response(status_code=204)
 
     async def connect(self, request: Request) -> Response:
         sandbox_id = request.path_params["sandbox_id"]
         try:
-            body = await _json(request)
-            live = self.registry.set_timeout(sandbox_id, _timeout(body), extend_only=True)
+            body = await parse(request, ConnectBody)
+            live = self.registry.set_timeout(sandbox_id, body.timeout, extend_only=True)
+        except BadRequest as exc:
+            return _error(exc.status, str(exc))
         except UnknownSandbox as exc:
             return _error(404, str(exc))
-        except SweflowError as exc:
-            return _error(400, str(exc))
-        return JSONResponse(_sandbox(live), status_code=200)
+        return JSONResponse(_sandbox(live, token=True), status_code=200)

@@ -220,9 +220,11 @@ class ProcessService:
         self, live: Live, config: ProcessConfig, tag: str | None, *, stdin: bool
     ) -> Running:
         launch = live.sandbox.launch(
-            [config.cmd, *config.args], cwd=config.cwd or None,
-            env={**live.env, **dict(config.envs)}, report_pid=True,
-        )  # fmt: skip
+            [config.cmd, *config.args],
+            cwd=config.cwd or None,
+            env={**live.env, **dict(config.envs)},
+            report_pid=True,
+        )
         proc = await asyncio.create_subprocess_exec(
             *launch.argv,
             env=launch.env,

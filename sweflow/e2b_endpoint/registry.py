@@ -3,7 +3,10 @@
 A template names a built instance of the layer store (its environment and repository) or a base
 (``debian:bookworm``, ``host``, a rootfs directory); ``templates`` turns the name into a spec.
 Each sandbox is a :class:`~sweflow.sandbox.local.LocalSandbox`; its deadline is the create's
-``timeout`` (E2B's default 300 s), pushed back by set-timeout and connect, as E2B does.
+``timeout`` (E2B's default 300 s), pushed back by set-timeout and connect, as E2B does. Its
+``token`` is what its envd routes require (:mod:`.auth`). A sandbox is closed if anything after
+its open fails, and a create that ends after :meth:`Registry.close_all` closes its own sandbox:
+none outlives the endpoint unlisted.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sweflow.e2b_endpoint.auth import new_secret
 from sweflow.errors import SweflowError
 from sweflow.sandbox.local import LocalSandbox
+from sweflow.sandbox.local.hostroot import is_host_root
 from sweflow.sandbox.spec import SandboxSpec
 
 DEFAULT_TIMEOUT_S = 300
@@ -42,7 +47,14 @@ class Live:
     env: dict[str, str]
     started_at: float
     end_at: float
+    token: str = field(default_factory=new_secret)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def host_files(self) -> bool:
+        """Whether the host's own / is one of its layers (the ``host`` base): then its files
+        are served only if any host user may read them (a command still runs as root)."""
+        return any(is_host_root(layer) for layer in self.sandbox.spec.layers)
 
     def iso(self, moment: float) -> str:
         return datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
@@ -55,6 +67,7 @@ class Registry:
         self._templates = templates
         self._live: dict[str, Live] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def create(
         self,
@@ -65,24 +78,33 @@ class Registry:
         env: dict[str, str] | None = None,
         network: bool | None = None,
     ) -> Live:
+        """Open a sandbox of ``template`` (arguments already validated: nothing after the open
+        may fail on them) and list it."""
+        lifetime = _clamp(timeout)
         spec = self._templates(template)
         if env:
             spec = spec.model_copy(update={"env": {**spec.env, **env}})
         if network is not None:
             spec = spec.model_copy(update={"network": network})
         sandbox = LocalSandbox(spec)
-        now = time.time()
-        live = Live(
-            id=f"sb{uuid.uuid4().hex[:18]}",
-            template=template,
-            sandbox=sandbox,
-            metadata=dict(metadata or {}),
-            env=dict(env or {}),
-            started_at=now,
-            end_at=now + _clamp(timeout),
-        )
-        with self._lock:
-            self._live[live.id] = live
+        try:
+            now = time.time()
+            live = Live(
+                id=f"sb{uuid.uuid4().hex[:18]}",
+                template=template,
+                sandbox=sandbox,
+                metadata=dict(metadata or {}),
+                env=dict(env or {}),
+                started_at=now,
+                end_at=now + lifetime,
+            )
+            with self._lock:
+                if self._closed:
+                    raise SweflowError("the endpoint is shutting down")
+                self._live[live.id] = live
+        except BaseException:
+            sandbox.close()
+            raise
         return live
 
     def get(self, sandbox_id: str) -> Live:
@@ -125,7 +147,9 @@ class Registry:
         return [live.id for live in gone]
 
     def close_all(self) -> None:
+        """Close every sandbox; a create still opening one closes it itself."""
         with self._lock:
+            self._closed = True
             gone, self._live = list(self._live.values()), {}
         for live in gone:
             live.sandbox.close()

@@ -24,9 +24,11 @@ import shlex
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -45,22 +47,27 @@ from sweflow.envcache.buildsteps import (
 )
 from sweflow.envcache.freshness import build_record, stale
 from sweflow.envcache.images.importer import find_image, import_base, import_image
+from sweflow.envcache.images.sources import ImageImportError
 from sweflow.envcache.instance_spec import WORKDIR, instance_sandbox_spec
 from sweflow.envcache.pipsettings import host_pip_settings
 from sweflow.envcache.records import Layer, LayerKind, Manifest
-from sweflow.envcache.repos import RepoError, RepoSource, export_commit, scm_version
+from sweflow.envcache.repos import RepoSource, export_commit, scm_version, unbuildable_rows
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.storefiles import flocked
 from sweflow.envcache.submodules import export_submodules
 from sweflow.envcache.validate import Prepared
 from sweflow.errors import SweflowError
+from sweflow.files import write_atomic
+from sweflow.formats import grading_of
 from sweflow.harness import internet
 from sweflow.harness.evalscript import make_eval_script
 from sweflow.harness.specs import EnvSpec, SpecError, SpecTable
 from sweflow.instances import Instance
 from sweflow.paths import rootfs_cache
+from sweflow.progress import Progress, no_progress
 from sweflow.sandbox import Bind, Limits, SandboxSpec, open_sandbox
+from sweflow.sandbox.leases import HeldLeases, hold_leases
 from sweflow.sandbox.rootfs import clean_apt, resolve_base
 from sweflow.sandbox.spec import DEFAULT_PATH
 from sweflow.sandbox.tracking import interruptible_map
@@ -91,6 +98,18 @@ def activation_of(layers: Sequence[Layer]) -> str:
     if any((path / VENV.lstrip("/") / "bin" / "activate").is_file() for path in paths):
         return VENV_ACTIVATE
     return ""
+
+
+def unreachable_image(instance: Instance, images: str, exc: Exception) -> str:
+    """Why ``instance``'s image cannot be had, and the ways round it."""
+    return (
+        f"{instance.instance_id}: image {instance.image} cannot be had from {images} ({exc}); "
+        "ways round: a registry or mirror that serves it to anonymous pulls "
+        "(--images registry:HOST[:PORT]), a folder of saved images "
+        "(docker save / skopeo copy, --images DIR), or the row's container-free recipe "
+        "(no --images; SWE-bench, SWE-Gym, SWE-smith and SWE-rebench rows have one, R2E-Gym "
+        "rows do not)"
+    )
 
 
 class BuildError(SweflowError):
@@ -167,12 +186,12 @@ class EnvBuilder:
         self,
         specs: SpecTable,
         options: BuildOptions,
-        progress: Callable[[str, str], None] | None = None,
+        progress: Progress = no_progress,
     ) -> None:
         self.specs = specs
         self.options = options
         self.store = LayerStore(options.store)
-        self.progress = progress or (lambda _id, _status: None)
+        self.progress = progress
         self._key_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.logs = options.store / "logs"
@@ -220,6 +239,10 @@ class EnvBuilder:
         sandbox = self.sandbox_spec(instance.instance_id)
         if instance.eval_script:  # the row's own (swebench 5 rows carry one): no spec needed
             return Prepared(instance, sandbox, instance.eval_script)
+        if (own := grading_of(instance)) is not None:  # SWE-smith's, R2E-Gym's own runs
+            script = own.eval_script(instance, None, self.activation(instance.instance_id))
+            reader = partial(own.statuses, instance)
+            return Prepared(instance, sandbox, script, log_parser=own.log_parser, statuses=reader)
         spec = self.specs.get(instance.repo, instance.version)
         script = make_eval_script(instance, spec, self.activation(instance.instance_id))
         return Prepared(instance, sandbox, script, log_parser=spec.log_parser)
@@ -232,35 +255,51 @@ class EnvBuilder:
         """Build one instance's layers unless the store has them as its row and spec would
         build them (one failure never raises). Either way the instance is leased, so that a
         gc keeps it for whoever uses it next (``LEASE_GRACE_S``)."""
+        result, held = self.build_held(instance)
+        if held is not None:
+            held.release()
+        return result
+
+    def build_held(self, instance: Instance) -> tuple[BuildResult, HeldLeases | None]:
+        """:meth:`build_one`, returning with the instance's lease held (a shared flock, as an
+        open sandbox holds it; None with an error): a gc keeps the instance, whatever its
+        grace, until the caller releases it, having graded or validated it. It is held from
+        the moment the manifest exists, which the build writes under the same ``store.hold()``
+        as its layers, so no gc runs between a build's first layer and its user's sandbox.
+
+        One build of an instance at a time on a store, in any process: a second waits for the
+        first and takes what it built (``cached``)."""
         iid = instance.instance_id
         log = self.log_path(iid)
         start = time.monotonic()
         try:
-            with self.store.hold():
-                manifest = self.store.read_manifest(iid)
-                why = self._why_build(instance, manifest)
-                if manifest is not None and why is None:
-                    leases.take(self.store, manifest)
-            if manifest is None or why is not None:
-                self.progress(iid, "building")
-                log.write_text(
-                    f"building {iid} ({instance.repo} {instance.version} at "
-                    f"{instance.base_commit}): {why}\n"
-                )
-                with self.store.hold():  # no store gc between the commits and the manifest
-                    manifest = self._build_layers(instance, log)
-                    leases.take(self.store, manifest)
+            with self._locked(f"instance-{iid}"):
+                with self.store.hold():
+                    manifest = self.store.read_manifest(iid)
+                    why = self._why_build(instance, manifest)
+                    if manifest is not None and why is None:
+                        held = hold_leases([leases.take(self.store, manifest)])
+                if manifest is None or why is not None:
+                    self.progress(f"building: {iid}")
+                    log.write_text(
+                        f"building {iid} ({instance.repo} {instance.version} at "
+                        f"{instance.base_commit}): {why}\n"
+                    )
+                    with self.store.hold():  # no store gc between the commits and the lease
+                        manifest = self._build_layers(instance, log)
+                        held = hold_leases([leases.take(self.store, manifest)])
         except Exception as exc:  # one instance's failure never stops the others
             message = str(exc) if isinstance(exc, SweflowError) else f"{type(exc).__name__}: {exc}"
             with open(log, "a") as f:
                 f.write(f"\nBUILD ERROR: {message}\n")
-            self.progress(iid, "error")
-            return BuildResult(iid, "error", round(time.monotonic() - start, 3), message, str(log))
+            self.progress(f"error: {iid}")
+            error = BuildResult(iid, "error", round(time.monotonic() - start, 3), message, str(log))
+            return error, None
         status: Literal["built", "cached"] = "cached" if why is None else "built"
         seconds = 0.0 if why is None else round(time.monotonic() - start, 3)
-        self.progress(iid, status)
+        self.progress(f"{status}: {iid}")
         layers = [layer.digest for layer in manifest.layers]
-        return BuildResult(iid, status, seconds, log_path=str(log), layers=layers)
+        return BuildResult(iid, status, seconds, log_path=str(log), layers=layers), held
 
     def _why_build(self, instance: Instance, manifest: Manifest | None) -> str | None:
         """Why the instance must be built: not stored, or stored from other inputs than its row
@@ -299,8 +338,11 @@ class EnvBuilder:
     def _image_instance(self, instance: Instance, log: Path) -> Manifest:
         """The row's own image (an official SWE-bench, SWE-Gym or SWE-smith image) as its layers,
         unchanged: the same bits the docker harness runs, nothing built on top."""
-        name = find_image(self.options.images or "", instance.image or "")
-        imported = import_image(self.store, name)
+        try:
+            name = find_image(self.options.images or "", instance.image or "")
+            imported = import_image(self.store, name)
+        except ImageImportError as exc:
+            raise BuildError(unreachable_image(instance, self.options.images or "", exc)) from exc
         with open(log, "a") as f:
             f.write(
                 f"image {instance.image}: {len(imported.layers)} layers from {name} "
@@ -357,11 +399,17 @@ class EnvBuilder:
         )
         return layers, env, runtime
 
+    @contextmanager
+    def _locked(self, key: str) -> Iterator[None]:
+        """One holder of ``key`` at a time: threads here, processes on this store."""
+        with self._locks_guard:
+            lock = self._key_locks.setdefault(key, threading.Lock())
+        with lock, flocked(self.refs / f"{key}.lock"):
+            yield
+
     def _once(self, ref: str, make: Callable[[Path], object]):
         """The layer recorded under ``ref``, made once even when many instances need it."""
-        with self._locks_guard:
-            lock = self._key_locks.setdefault(ref, threading.Lock())
-        with lock, flocked(self.refs / f"{ref}.lock"):  # threads here, processes on this store
+        with self._locked(ref):
             ref_file = self.refs / ref
             if ref_file.exists():
                 layer = self.store.get_layer(ref_file.read_text().strip())
@@ -369,7 +417,7 @@ class EnvBuilder:
                     return layer
             log = self.logs / f"{ref}.log"
             layer = make(log)
-            ref_file.write_text(layer.digest)
+            write_atomic(ref_file, layer.digest, staged=self.store.staged())
             return layer
 
     def _python_layer(self, prefix: Path):
@@ -463,13 +511,15 @@ class EnvBuilder:
 
         return self._once(f"internet-{key}", make)
 
-    def _instance_layer(self, instance: Instance, spec: EnvSpec, git_dir: Path, layers, env,
-                        log: Path):  # fmt: skip
+    def _instance_layer(
+        self, instance: Instance, spec: EnvSpec, git_dir: Path, layers, env, log: Path
+    ):
         with self.store.fresh_upper() as upper:
             testbed = upper / WORKDIR.lstrip("/")
             export_commit(git_dir, instance.base_commit, testbed)
-            export_submodules(self._repo_source(), instance.repo, git_dir,
-                              instance.base_commit, testbed)  # fmt: skip
+            export_submodules(
+                self._repo_source(), instance.repo, git_dir, instance.base_commit, testbed
+            )
             if spec.install or spec.setup_repo:
                 with self._sandbox(layers, upper, env, spec.pypi_cutoff) as sandbox:
                     sandbox.write(SEEDED_TEMP_NAMES_AT, SEEDED_TEMP_NAMES)
@@ -487,38 +537,18 @@ class EnvBuilder:
         clean_apt(upper)
         return self.store.commit(upper, kind)
 
-    def check_sources(self, instances: Iterable[Instance]) -> dict[str, str]:
-        """Repositories of ``instances`` without a source, each with the reason (where it was
-        looked for); a RepoError naming them all when none of the repositories has one."""
-        source = self._repo_source()
-        repos = sorted({i.repo for i in instances})
-        missing: dict[str, str] = {}
-        for repo in repos:
-            try:
-                source.locate(repo)
-            except RepoError as exc:
-                missing[repo] = str(exc)
-        if repos and len(missing) == len(repos):
-            raise RepoError(
-                f"{len(missing)} repositories have no source: " + "; ".join(missing.values())
-            )
-        return missing
-
     def unbuildable(self, instances: Sequence[Instance]) -> dict[str, BuildResult]:
-        """The instances that cannot be built because their repository has no source, as error
-        results naming it (the others build); a RepoError when none of them can be built."""
+        """The instances still to build that cannot be, their repository or commit missing
+        (``repos.unbuildable_rows``), as error results naming it (the others build); a
+        RepoError when none of them can be built."""
         needed = [
             i
             for i in instances
             if not (self.options.images and i.image)
             and self._why_build(i, self.store.read_manifest(i.instance_id)) is not None
         ]
-        missing = self.check_sources(needed)
-        return {
-            i.instance_id: BuildResult(i.instance_id, "error", error=missing[i.repo])
-            for i in needed
-            if i.repo in missing
-        }
+        problems = unbuildable_rows(self._repo_source(), needed)
+        return {iid: BuildResult(iid, "error", error=why) for iid, why in problems.items()}
 
     # -- helpers ----------------------------------------------------------------------------
     def _repo_source(self) -> RepoSource:

@@ -10,7 +10,7 @@ built for a grading, and those instances' manifests, in whichever process they l
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
@@ -27,6 +27,7 @@ from sweflow.envcache.storefiles import (
     unshared_size,
 )
 from sweflow.envcache.treedigest import tree_digest
+from sweflow.progress import Progress
 
 
 class LayerUsage(BaseModel):
@@ -44,7 +45,7 @@ class StoreUsage(BaseModel):
     store_bytes_per_instance: float  # total_bytes / instances: what deduplication buys
 
 
-class GcReport(BaseModel):
+class StoreGcReport(BaseModel):
     manifests: list[str] = Field(default_factory=list)
     layers: list[str] = Field(default_factory=list)
     packed: list[str] = Field(default_factory=list)
@@ -124,7 +125,7 @@ def store_usage(store: LayerStore) -> StoreUsage:
 
 def gc(
     store: LayerStore, keep_instances: set[str] | None = None, *, grace_s: float = LEASE_GRACE_S
-) -> GcReport:
+) -> StoreGcReport:
     """Remove manifests not in ``keep_instances`` (if given) or unreadable, every layer no
     manifest references (its image unmounted and deleted; an imported layer only loses its
     link), empty mount points, and tmp entries whose owner process is gone (those with no
@@ -134,7 +135,7 @@ def gc(
     and its instance's manifest even when ``keep_instances`` leaves it out. A lease is live
     while a sandbox holds it, and for ``grace_s`` after its last use (a spec handed out, an
     instance built, a sandbox closed)."""
-    report = GcReport(grace_s=grace_s)
+    report = StoreGcReport(grace_s=grace_s)
     with flocked(store.root / "store.lock"), leases.scan(store, grace_s) as found:
         in_use = found.instances()
         referenced: set[str] = set()
@@ -172,7 +173,7 @@ def gc(
     return report
 
 
-def _remove_layer(store: LayerStore, digest: str, report: GcReport) -> None:
+def _remove_layer(store: LayerStore, digest: str, report: StoreGcReport) -> None:
     point = store.mnt / digest
     if os.path.ismount(point):
         packing.unmount(point)
@@ -206,7 +207,7 @@ class PoolReport(Pooled):
 
 def pool_layers(
     store: LayerStore,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     only: Iterable[str] | None = None,
 ) -> PoolReport:
     """Link the files of every stored layer directory (or of the layers ``only`` names) to the
@@ -235,6 +236,6 @@ def pool_layers(
                 report.add(pool_tree(layer, store.pool, tree.poolable, tree.linked))
                 report.layers += 1
             if progress is not None:
-                progress(done, len(layers))
+                progress(layer.name, done, len(layers))
         report.pruned_files, report.pruned_bytes = prune(store.pool)
     return report

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import stat
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from sweflow.envcache.records import LayerKind
 from sweflow.envcache.store import LayerStore
+from sweflow.progress import Progress
 
 
 class KindUsage(BaseModel):
@@ -60,11 +61,11 @@ def disk_usage(
     instance_ids: Iterable[str] | None = None,
     *,
     kinds: set[LayerKind] | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> DiskUsage:
     """The bytes of the layers of ``instance_ids`` (all built instances: None), each file once;
     ``kinds`` keeps only layers of those kinds (``{"env", "instance"}``: above the bases).
-    ``progress(done, total)`` after each layer walked."""
+    ``progress(layer, done, total)`` after each layer walked."""
     ids = store.instance_ids() if instance_ids is None else list(instance_ids)
     users: dict[str, set[str]] = defaultdict(set)
     kind_of: dict[str, str] = {}
@@ -101,7 +102,7 @@ def disk_usage(
                 if first != digest:
                     sharers.setdefault(key, {kind_of[first]}).add(kind)
         if progress is not None:
-            progress(done, len(users))
+            progress(digest, done, len(users))
     shared_by_kinds: dict[str, int] = defaultdict(int)
     for key, holders in sharers.items():
         shared_by_kinds["+".join(sorted(holders))] += size_of[key]

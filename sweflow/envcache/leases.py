@@ -39,7 +39,8 @@ from pydantic import ValidationError
 
 from sweflow.envcache.records import LeaseRecord, Manifest
 from sweflow.envcache.store import LayerStore, StoreError
-from sweflow.envcache.storefiles import LEASE_GRACE_S, owned_name
+from sweflow.envcache.storefiles import LEASE_GRACE_S
+from sweflow.files import link_synced
 
 SUFFIX = ".lease"
 
@@ -56,11 +57,11 @@ def take(store: LayerStore, manifest: Manifest) -> Path:
     stack = hashlib.sha256("\n".join(digests).encode()).hexdigest()[:16]
     path = store.leases / f"{manifest.instance_id}.{stack}{SUFFIX}"
     if not path.exists():
-        staged = store.tmp / owned_name("lease")
+        staged = store.staged()
         record = LeaseRecord(instance_id=manifest.instance_id, layers=digests)
         staged.write_text(record.model_dump_json())
         try:
-            os.link(staged, path)  # never over a file that sandboxes may already hold
+            link_synced(staged, path)  # never over a file that sandboxes may already hold
         except FileExistsError:
             pass  # a concurrent taker made the same one
         finally:

@@ -30,13 +30,17 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sweflow.errors import SweflowError
 from sweflow.paths import cache_root
+
+if TYPE_CHECKING:
+    from sweflow.instances import Instance
 
 BRANCH = "main"  # the branch /testbed is on, as a harness clone would be on one
 _REPO_RE = re.compile(r"([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)")
@@ -151,6 +155,61 @@ def resolve_repo(
 ) -> Path:
     """``RepoSource(mirror, local, url).resolve(repo, commits=commits)``."""
     return RepoSource(mirror=mirror, local=local, url=url).resolve(repo, commits=commits)
+
+
+def unbuildable_rows(source: RepoSource, rows: Sequence[Instance]) -> dict[str, str]:
+    """The rows that cannot be built for want of their repository or commit, each with why: a
+    repository name not of the form "owner/name" or found nowhere (where it was looked for), a
+    ``base_commit`` that is no commit id, or one a local repository lacks (nothing would fetch
+    it). A RepoError naming them when no row can be. It reads, never clones or writes: a build
+    runs it before any layer, and a command before its work starts (``sweflow --dry-run`` too).
+    """
+    found: dict[str, Path | str | RepoError] = {}
+    for repo in sorted({row.repo for row in rows}):
+        try:
+            found[repo] = source.locate(repo)
+        except RepoError as exc:
+            found[repo] = exc
+    absent: dict[str, set[str]] = {
+        repo: missing_commits(where, (r.base_commit for r in rows if r.repo == repo))
+        for repo, where in found.items()
+        if isinstance(where, Path) and not where.is_file()  # a git dir; a bundle holds more
+    }
+    problems = {}
+    for row in rows:
+        where = found[row.repo]
+        if isinstance(where, RepoError):
+            problems[row.instance_id] = str(where)
+        elif not _COMMIT_RE.fullmatch(row.base_commit):
+            problems[row.instance_id] = f"{row.repo}: {row.base_commit!r} is not a commit id"
+        elif row.base_commit in absent.get(row.repo, ()):
+            problems[row.instance_id] = f"{row.repo}: commit {row.base_commit} is not in {where}"
+    if rows and len(problems) == len(rows):
+        unfound = [str(e) for e in found.values() if isinstance(e, RepoError)]
+        if len(unfound) == len(found):
+            raise RepoError(f"{len(found)} repositories have no source: " + "; ".join(unfound))
+        reasons = "; ".join(sorted(set(problems.values())))
+        raise RepoError(f"none of {len(rows)} instance(s) can be built: {reasons}")
+    return problems
+
+
+def missing_commits(git_dir: Path, commits: Iterable[str]) -> set[str]:
+    """Which of ``commits`` (ids, whole or abbreviated) name no commit in ``git_dir``: one git
+    process for all of them."""
+    wanted = sorted({c for c in commits if _COMMIT_RE.fullmatch(c)})
+    done = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "cat-file", "--batch-check"],
+        input="".join(f"{commit}^{{commit}}\n" for commit in wanted),
+        capture_output=True,
+        text=True,
+        env=_git_env(network=False),
+    )
+    if done.returncode != 0:  # git cannot read it: the build says why
+        return set()
+    answers = done.stdout.splitlines()
+    return {
+        c for c, answer in zip(wanted, answers, strict=False) if answer.split()[1:2] != ["commit"]
+    }
 
 
 def has_commit(git_dir: Path, commit: str) -> bool:

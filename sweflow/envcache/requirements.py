@@ -37,9 +37,26 @@ CONDA_RENAMES = {
 }
 # Native libraries and tools that PyPI wheels bundle or that pip does not need.
 CONDA_NATIVE = frozenset(
-    {"python", "pip", "hdf5", "libnetcdf", "cairo", "pkg-config", "compilers", "c-compiler",
-     "cxx-compiler", "ccache", "make", "cmake", "libgdal", "proj", "geos", "freetype", "qhull"}
-)  # fmt: skip
+    {
+        "python",
+        "pip",
+        "hdf5",
+        "libnetcdf",
+        "cairo",
+        "pkg-config",
+        "compilers",
+        "c-compiler",
+        "cxx-compiler",
+        "ccache",
+        "make",
+        "cmake",
+        "libgdal",
+        "proj",
+        "geos",
+        "freetype",
+        "qhull",
+    }
+)
 # conda packages that pull a native library in with them, and the PyPI wheel that carries it
 # (cfgrib's conda recipe brings libeccodes; on PyPI it is ecmwflibs, which eccodes finds).
 CONDA_LIBRARY_WHEELS = {"cfgrib": "ecmwflibs"}

@@ -48,9 +48,10 @@ from sweflow.envcache import packing
 from sweflow.envcache.filepool import pool_tree
 from sweflow.envcache.packing import ImageFormat
 from sweflow.envcache.records import Layer, LayerInfo, LayerKind, Manifest, load_manifest
-from sweflow.envcache.storefiles import flocked, owned_name, remove_entry, write_atomic
+from sweflow.envcache.storefiles import flocked, owned_name, remove_entry
 from sweflow.envcache.treedigest import TreeDigest, tree_digest
 from sweflow.errors import SweflowError
+from sweflow.files import replace_synced, write_atomic
 from sweflow.sandbox.rootfs import MARKER
 
 
@@ -64,7 +65,9 @@ class StoreError(SweflowError):
 class LayerStore:
     """Layers by content digest, manifests by instance id, under one root directory."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, create: bool = True) -> None:
+        """The store at ``root``, its folders made unless ``create`` is false (to read one that
+        may not exist, writing nothing: what it lacks it does not hold)."""
         self.root = Path(root).absolute()
         self.layers = self.root / "layers"
         self.manifests = self.root / "manifests"
@@ -73,9 +76,16 @@ class LayerStore:
         self.tmp = self.root / "tmp"
         self.leases = self.root / "leases"
         self.pool = self.root / "pool"
-        dirs = (self.layers, self.manifests, self.packed, self.mnt, self.tmp, self.leases,
-                self.pool)  # fmt: skip
-        for directory in dirs:
+        dirs = (
+            self.layers,
+            self.manifests,
+            self.packed,
+            self.mnt,
+            self.tmp,
+            self.leases,
+            self.pool,
+        )
+        for directory in dirs if create else ():
             directory.mkdir(parents=True, exist_ok=True)
 
     def hold(self) -> AbstractContextManager[None]:
@@ -83,6 +93,11 @@ class LayerStore:
 
         Never call ``gc`` while holding it in the same process: it would wait for itself."""
         return flocked(self.root / "store.lock", shared=True)
+
+    def staged(self) -> Path:
+        """A name in tmp/ to stage a record at (``files.write_atomic``): gc removes one left
+        by a process that died before its rename."""
+        return self.tmp / owned_name("write")
 
     # -- layers -------------------------------------------------------------------------------
     def new_upper(self) -> Path:
@@ -166,7 +181,7 @@ class LayerStore:
                 self._write_info(tree, kind, str(source))
                 staged = self.tmp / owned_name("link")
                 os.symlink(source, staged)
-                os.replace(staged, link)
+                replace_synced(staged, link)
         return Layer(
             digest=tree.digest,
             kind=kind,
@@ -217,7 +232,7 @@ class LayerStore:
                 staged = self.tmp / owned_name("pack")
                 try:
                     packing.make_image(source.resolve(), staged, fmt)
-                    os.replace(staged, image)
+                    replace_synced(staged, image)
                 finally:
                     staged.unlink(missing_ok=True)
             if not keep_dir:
@@ -240,7 +255,7 @@ class LayerStore:
             missing = [layer.digest for layer in layers if not self.has_layer(layer.digest)]
             if missing:
                 raise StoreError(f"{instance_id}: layers not in the store: {', '.join(missing)}")
-            write_atomic(target, manifest.model_dump_json(indent=2), self.tmp)
+            write_atomic(target, manifest.model_dump_json(indent=2), staged=self.staged())
         return manifest
 
     def read_manifest(self, instance_id: str) -> Manifest | None:
@@ -295,7 +310,9 @@ class LayerStore:
             source=source,
             created=datetime.now(UTC).isoformat(),
         )
-        write_atomic(self.layers / f"{tree.digest}.json", info.model_dump_json(), self.tmp)
+        write_atomic(
+            self.layers / f"{tree.digest}.json", info.model_dump_json(), staged=self.staged()
+        )
 
     def _manifest_file(self, instance_id: str) -> Path:
         if not instance_id or "/" in instance_id or instance_id.startswith("."):

@@ -2,7 +2,8 @@
 
 Builders, gc and mounts run in different processes on one store. A temporary entry is named
 after its owner (pid and start time), so gc removes it only once that process is gone; a record
-appears under its final name by an atomic rename, never half written.
+appears under its final name by an atomic, synced rename (``sweflow.files``), never half
+written.
 """
 
 from __future__ import annotations
@@ -44,13 +45,6 @@ def abandoned(entry: Path) -> bool:
     if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
         return not running(int(parts[1]), int(parts[2]))
     return time.time() - entry.lstat().st_mtime > STALE_TMP_S
-
-
-def write_atomic(target: Path, text: str, tmp_dir: Path) -> None:
-    """Write ``target`` by renaming a staged file in ``tmp_dir`` (same filesystem) over it."""
-    staged = tmp_dir / owned_name("write")
-    staged.write_text(text)
-    os.replace(staged, target)
 
 
 def remove_entry(path: Path) -> None:

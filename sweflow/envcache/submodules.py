@@ -75,8 +75,9 @@ def export_submodules(
         _git(["config", f"submodule.{module}.url", url], git_dir=dest / ".git")
         _git(["config", f"submodule.{module}.active", "true"], git_dir=dest / ".git")
         filled.append(path)
-        filled += [f"{path}/{inner}" for inner in
-                   export_submodules(source, name, sub_git, sha, target)]  # fmt: skip
+        filled += [
+            f"{path}/{inner}" for inner in export_submodules(source, name, sub_git, sha, target)
+        ]
     return filled
 
 
@@ -84,8 +85,9 @@ def _modules(git_dir: Path, commit: str) -> dict[str, tuple[str, str]]:
     """Submodule path -> (its name, its URL), from the commit's own ``.gitmodules``."""
     try:
         wanted = r"^submodule\..*\.(path|url)$"
-        text = _git(["config", "--blob", f"{commit}:.gitmodules", "--get-regexp", wanted],
-                    git_dir=git_dir)  # fmt: skip
+        text = _git(
+            ["config", "--blob", f"{commit}:.gitmodules", "--get-regexp", wanted], git_dir=git_dir
+        )
     except RepoError:
         return {}
     paths: dict[str, str] = {}

@@ -17,18 +17,18 @@ from typing import Literal
 from swebench.harness.grading import test_failed, test_passed
 
 from sweflow.errors import ConfigError
-from sweflow.harness.evalscript import EvalRun, run_eval, test_spec_for
+from sweflow.harness.evalscript import EvalRun, StatusReader, run_eval, test_spec_for
 from sweflow.instances import Instance, write_jsonl
 from sweflow.sandbox import SandboxSpec, open_sandbox
 from sweflow.sandbox.tracking import interruptible_map
 
-Outcome = Literal["valid", "gold_fails", "f2p_passes_without_fix", "flaky", "build_error"]
+ValidationOutcome = Literal["valid", "gold_fails", "f2p_passes_without_fix", "flaky", "build_error"]
 
 
 @dataclass
 class Validation:
     instance_id: str
-    outcome: Outcome
+    outcome: ValidationOutcome
     reason: str
     log_path: str
     seconds: float = 0.0
@@ -45,6 +45,7 @@ class Prepared:
     build_error: str | None = None
     build_log: str = ""
     log_parser: str = ""  # the spec's, when the row names none
+    statuses: StatusReader | None = None  # the row's format's reading of a log, if its own
 
 
 def _runs(prep: Prepared, gold: bool, runs: int, log_dir: Path, timeout: float) -> list[EvalRun]:
@@ -61,6 +62,7 @@ def _runs(prep: Prepared, gold: bool, runs: int, log_dir: Path, timeout: float) 
                     log_dir / name,
                     patch=prep.instance.patch if gold else None,
                     timeout=timeout,
+                    statuses=prep.statuses,
                 )
             )
     return out
@@ -72,7 +74,7 @@ def _broken_run(runs: list[EvalRun]) -> EvalRun | None:
 
 def judge(
     instance: Instance, gold: list[EvalRun], base: list[EvalRun]
-) -> tuple[Outcome, str, dict]:
+) -> tuple[ValidationOutcome, str, dict]:
     """The outcome from the runs' status maps (pure: no sandbox here)."""
     f2p, p2p = instance.FAIL_TO_PASS, instance.PASS_TO_PASS
     broken = _broken_run(gold)

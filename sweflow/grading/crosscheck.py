@@ -116,14 +116,22 @@ def run_harness(
     preds_file = root / f"predictions.{run_id}.{predictions[0].model_name_or_path}.jsonl"
     preds_file.write_text("".join(json.dumps(p.to_row()) + "\n" for p in predictions))
     argv = [
-        sys.executable, "-m", "swebench.harness.run_evaluation",
-        "--dataset_name", str(dataset.resolve()),
-        "--predictions_path", str(preds_file.resolve()),
-        "--run_id", run_id,
-        "--max_workers", str(max_workers),
-        "--timeout", str(timeout),
-        "--report_dir", str(root.resolve()),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "swebench.harness.run_evaluation",
+        "--dataset_name",
+        str(dataset.resolve()),
+        "--predictions_path",
+        str(preds_file.resolve()),
+        "--run_id",
+        run_id,
+        "--max_workers",
+        str(max_workers),
+        "--timeout",
+        str(timeout),
+        "--report_dir",
+        str(root.resolve()),
+    ]
     env = {**os.environ, **OFFLINE_ENV, "DOCKER_HOST": docker_host}
     start = time.monotonic()
     done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)

@@ -7,6 +7,10 @@ where run_instance does); ``<run_id>/run.json`` records the dataset, and the sum
 As in the harness, empty patches are not run, and an instance whose report.json exists is not
 run again, so a re-run with the same run id resumes; unlike the harness, only when the
 prediction is the one that report graded (its patch.diff): a changed prediction is graded anew.
+A patch that does not apply and tests that time out are error instances, as in the harness
+(no report.json), but their verdict is kept (``reward.VERDICT_FILE``): unlike the harness, a
+re-run does not grade them again in full, but for a timeout under a longer ``timeout_s``. The
+machinery's errors (a sandbox that died) are kept nowhere: a re-run grades them again.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
 from swebench.harness.constants import LOG_INSTANCE, LOG_REPORT, RUN_EVALUATION_LOG_DIR
 
 from sweflow.cluster.base import Executor, Node, Retry
@@ -28,7 +33,7 @@ from sweflow.cluster.local import LocalExecutor
 from sweflow.errors import SweflowError
 from sweflow.grading.patches import is_empty
 from sweflow.grading.predictions import Prediction
-from sweflow.grading.reward import PATCH_FILE, Grader, RewardResult
+from sweflow.grading.reward import PATCH_FILE, VERDICT_FILE, Grader, RewardResult, Verdict
 from sweflow.harness.runlog import RunLog
 from sweflow.instances import Instance
 from sweflow.paths import check_name
@@ -40,7 +45,7 @@ _CWD_LOCK = threading.Lock()  # make_run_report reads logs relative to the worki
 
 
 @dataclass
-class Outcome:
+class PredictionOutcome:
     """One prediction's fate in a run: status resolved, unresolved, empty, error, or cached (a
     report.json from an earlier run with this run id)."""
 
@@ -54,7 +59,7 @@ class Outcome:
 
 @dataclass
 class RunSummary:
-    outcomes: list[Outcome]
+    outcomes: list[PredictionOutcome]
     report_path: Path
     markdown_path: Path
     report: dict
@@ -77,14 +82,17 @@ class GradeWork:
     grader: Grader
     build: BuildWork | None = None
 
-    def __call__(self, item: tuple[Instance, Prediction], out: Path, node: Node) -> Outcome:
+    def __call__(
+        self, item: tuple[Instance, Prediction], out: Path, node: Node
+    ) -> PredictionOutcome:
         instance, pred = item
         grader = self.grader.on_store(node.store)
-        if self.build is not None:
-            self.build.ensure(instance, node)
-        elif not grader.store.has_instance(instance.instance_id):
-            node.fetch(grader.store, instance.instance_id)
-        return _grade(grader, instance, pred, out)
+        if self.build is None:
+            if not grader.store.has_instance(instance.instance_id):
+                node.fetch(grader.store, instance.instance_id)
+            return _grade(grader, instance, pred, out)
+        with self.build.ensured(instance, node):
+            return _grade(grader, instance, pred, out)
 
 
 def evaluate(
@@ -97,7 +105,7 @@ def evaluate(
     report_dir: Path = Path("."),
     dataset_name: str = "",
     max_workers: int = 2,
-    on_done: Callable[[Outcome], None] | None = None,
+    on_done: Callable[[PredictionOutcome], None] | None = None,
     executor: Executor | None = None,
     build: BuildWork | None = None,
 ) -> RunSummary:
@@ -108,11 +116,11 @@ def evaluate(
         raise SweflowError("no predictions to evaluate")
     by_id = {i.instance_id: i for i in instances}
     root, report_dir = root.resolve(), report_dir.resolve()
-    outcomes: list[Outcome | None] = []
+    outcomes: list[PredictionOutcome | None] = []
     todo: list[int] = []
     for index, pred in enumerate(predictions):
-        settled = _settled(pred, instance_dir(root, run_id, pred.model_name_or_path,
-                                              pred.instance_id))  # fmt: skip
+        out = instance_dir(root, run_id, pred.model_name_or_path, pred.instance_id)
+        settled = _settled(pred, out, grader.timeout_s)
         outcomes.append(settled)
         if settled is None:
             todo.append(index)
@@ -127,7 +135,7 @@ def evaluate(
                 root, run_id, predictions[i].model_name_or_path, predictions[i].instance_id
             )
             for i in todo
-        ],  # fmt: skip
+        ],
         keys=[predictions[i].instance_id for i in todo],
         max_workers=max_workers,
         on_done=on_done,
@@ -150,22 +158,41 @@ def _graded_patch(out: Path) -> str | None:
         return None
 
 
-def _settled(pred: Prediction, out: Path) -> Outcome | None:
-    """The outcome known without grading (an earlier report of this prediction, an empty
-    patch), or None; files of an earlier run that graded another prediction are removed."""
+def _settled(pred: Prediction, out: Path, timeout_s: float) -> PredictionOutcome | None:
+    """The outcome known without grading (an earlier run's report or kept verdict of this
+    prediction, an empty patch), or None; the files of an earlier run that graded another
+    prediction, or whose tests timed out under a shorter timeout than ``timeout_s``, are
+    removed."""
     iid, model = pred.instance_id, pred.model_name_or_path
     report_file = out / LOG_REPORT
-    if report_file.exists() and _graded_patch(out) == pred.model_patch:
+    same = _graded_patch(out) == pred.model_patch
+    if same and report_file.exists():
         resolved = bool(json.loads(report_file.read_text()).get(iid, {}).get("resolved"))
-        return Outcome(iid, model, "cached", resolved, f"report.json of an earlier run: {out}")
-    if out.exists():  # an earlier run graded another prediction here: its files would mislead
+        return PredictionOutcome(
+            iid, model, "cached", resolved, f"report.json of an earlier run: {out}"
+        )
+    if same and (kept := _kept_verdict(out)) and (kept.timeout_s or timeout_s) >= timeout_s:
+        return PredictionOutcome(
+            iid, model, "cached", False, f"{kept.reason} (an earlier run's: {out})"
+        )
+    if out.exists():  # another prediction, or a shorter timeout, was graded here: stale files
         shutil.rmtree(out)
     if is_empty(pred.model_patch):
-        return Outcome(iid, model, "empty", False, "empty patch: not run (as in the harness)")
+        return PredictionOutcome(
+            iid, model, "empty", False, "empty patch: not run (as in the harness)"
+        )
     return None
 
 
-def _grade(grader: Grader, instance: Instance, pred: Prediction, out: Path) -> Outcome:
+def _kept_verdict(out: Path) -> Verdict | None:
+    """The verdict an earlier run kept without a report.json (``reward.VERDICT_FILE``)."""
+    try:
+        return Verdict.model_validate_json((out / VERDICT_FILE).read_text())
+    except (FileNotFoundError, ValidationError):
+        return None
+
+
+def _grade(grader: Grader, instance: Instance, pred: Prediction, out: Path) -> PredictionOutcome:
     iid, model = pred.instance_id, pred.model_name_or_path
     try:
         result = grader.reward(instance, pred.model_patch, log_dir=out, model=model)
@@ -173,12 +200,12 @@ def _grade(grader: Grader, instance: Instance, pred: Prediction, out: Path) -> O
         log = RunLog(iid, out / LOG_INSTANCE)
         log.error(f"Error in evaluating model for {iid}: {exc}")
         log.close()
-        return Outcome(iid, model, "error", False, str(exc))
+        return PredictionOutcome(iid, model, "error", False, str(exc))
     if result.report:
         status = "resolved" if result.resolved else "unresolved"
     else:
         status = "error"  # no report.json: the harness counts it an error instance too
-    return Outcome(iid, model, status, result.resolved, result.reason, result)
+    return PredictionOutcome(iid, model, status, result.resolved, result.reason, result)
 
 
 def _run_report(instances, predictions, run_id, root, report_dir, dataset_name) -> Path:
@@ -195,7 +222,7 @@ def _run_report(instances, predictions, run_id, root, report_dir, dataset_name) 
         return Path(make_run_report(preds, rows, run_id, None, str(report_dir))).resolve()
 
 
-def markdown_summary(run_id: str, report: dict, outcomes: list[Outcome]) -> str:
+def markdown_summary(run_id: str, report: dict, outcomes: list[PredictionOutcome]) -> str:
     """The summary as Markdown: the harness's counts, then a row per prediction."""
     counts = [
         ("total", report["total_instances"]),

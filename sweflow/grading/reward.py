@@ -3,13 +3,17 @@
 Each call opens a fresh sandbox on the instance's cached layers and repeats swebench 5's
 ``run_instance`` step by step: write patch.diff, apply it with the harness's command chain, write
 eval.sh, run it into test_output.txt, and grade that log with swebench's ``get_eval_report``
-(report.json). An empty patch is not run (the harness skips those too); a patch that does not
-apply, or an eval script that runs out of time, is unresolved with its reason, as is any error
-of the sandbox: one bad call never stops a batch. The sandbox holds a lease on the instance's
-layers, so no store gc removes them meanwhile; if they go all the same, the call is an
-infrastructure failure, not a verdict (its tests ran on a tree with files missing). A Grader
-holds no mutable state, so threads, processes and Ray actors may share one (or each build their
-own); every call writes into its own log directory.
+(report.json). An empty patch is not run (the harness skips those too). A patch that does not
+apply (malformed, binary, or refused by every command of the chain), or whose tests run out of
+time, scores 0 with its reason and, as in the harness, gets no report.json (an evaluation
+counts it an error instance, as the harness's summary does); the verdict is kept in
+``sweflow_verdict.json`` beside the harness's files, so that a re-run does not grade it again
+(a timeout is graded again under a longer timeout). Any error of the sandbox scores 0 too and
+is recorded nowhere: one bad call never stops a batch, and a re-run retries it. The sandbox
+holds a lease on the instance's layers, so no store gc removes them meanwhile; if they go all
+the same, the call is an infrastructure failure, not a verdict (its tests ran on a tree with
+files missing). A Grader holds no mutable state, so threads, processes and Ray actors may share
+one (or each build their own); every call writes into its own log directory.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import math
 import tempfile
 import time
 import uuid
@@ -27,6 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from swebench.harness.constants import (
     FAIL_TO_PASS,
     LOG_INSTANCE,
@@ -39,7 +45,18 @@ from swebench.harness.grading import get_eval_report
 from sweflow.envcache.builder import VENV_ACTIVATE, instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
 from sweflow.errors import ConfigError, InfrastructureError, SweflowError, is_infrastructure
-from sweflow.grading.guard import Refusal, check_effect, check_run, read_paths
+from sweflow.formats import grading_of
+from sweflow.grading.guard import (
+    PYTEST_PARSERS,
+    Collected,
+    Refusal,
+    RunWatch,
+    check_effect,
+    check_run,
+    judge,
+    read_paths,
+    untracked_files,
+)
 from sweflow.grading.patches import failure_kind, is_empty
 from sweflow.harness.apply import REPO_DIR, apply_patch
 from sweflow.harness.evalscript import (
@@ -56,9 +73,19 @@ from sweflow.sandbox.backends import check_backend_name
 
 PATCH_FILE = "patch.diff"
 EVAL_FILE = "eval.sh"
+VERDICT_FILE = "sweflow_verdict.json"  # beside the harness's files: a verdict without a report
 GRADER_MODEL = "sweflow"  # model_name_or_path of a bare reward call (it names no model)
 # Grading limits: a test log may be large, and suites may fork; memory stays capped.
 DEFAULT_LIMITS = Limits(memory_bytes=8 << 30, pids=4096, output_bytes=16 << 20)
+
+
+class Verdict(BaseModel):
+    """What ``VERDICT_FILE`` keeps of a verdict the harness writes no report.json for: the
+    ``apply_status``, its reason, and the timeout the tests ran past (None: they did not)."""
+
+    status: str
+    reason: str
+    timeout_s: float | None = None
 
 
 class GradingError(SweflowError):
@@ -112,8 +139,8 @@ class Grader:
         tamper_guard: bool = False,
         limits: Limits | None = None,
     ) -> None:
-        if timeout_s <= 0:
-            raise ConfigError(f"Grader: timeout_s must be positive, got {timeout_s}")
+        if not (math.isfinite(timeout_s) and timeout_s > 0):
+            raise ConfigError(f"Grader: timeout_s must be a finite number above 0, got {timeout_s}")
         self.store = LayerStore(Path(store))
         self.specs = specs
         self.backend = check_backend_name(backend)
@@ -157,8 +184,9 @@ class Grader:
             paths = read_paths(patch) if self.tamper_guard else set()
             if isinstance(paths, Refusal):
                 return verdict.refused(paths, patch, out, log)
-            return self._run(instance, patch, paths, sandbox_spec, test_spec, out, log, verdict,
-                             model)  # fmt: skip
+            return self._run(
+                instance, patch, paths, sandbox_spec, test_spec, out, log, verdict, model
+            )
         except Exception as exc:  # a sandbox failure is one unresolved call, not a crash
             log.error(f"Error in evaluating model for {instance.instance_id}: {exc!r}")
             why = f"{type(exc).__name__}: {exc}"
@@ -178,24 +206,32 @@ class Grader:
         return await asyncio.to_thread(self.reward, instance, patch, log_dir=log_dir, model=model)
 
     def _log_parser(self, instance: Instance) -> str:
-        """The spec's log parser (the row's own, when it names one, wins in test_spec_for)."""
+        """The spec's log parser (the row's own, when it names one, wins in test_spec_for);
+        a format graded its own way reads its log as pytest's for the guard."""
+        if (own := grading_of(instance)) is not None:
+            return own.log_parser
         if self.specs is None or instance.log_parser:
             return ""
         return self.specs.get(instance.repo, instance.version or "").log_parser
 
     def eval_script(self, instance: Instance) -> str:
-        """The row's own eval script, or one made from its environment spec."""
+        """The row's own eval script, its format's (SWE-smith, R2E-Gym), or one made from its
+        environment spec."""
         if instance.eval_script:
             return instance.eval_script
+        if (own := grading_of(instance)) is not None:
+            return own.eval_script(instance, None, self._activation(instance))
         if self.specs is None:
             raise GradingError(
                 f"{instance.instance_id}: the row has no eval_script and no environment specs "
-                "were given to make one (pass specs=load_specs('specs.yaml'))"
+                "were given to make one (pass specs=Dataset.load('tasks.jsonl').specs)"
             )
         spec = self.specs.get(instance.repo, instance.version or "")
+        return make_eval_script(instance, spec, activate=self._activation(instance))
+
+    def _activation(self, instance: Instance) -> str:
         manifest = self.store.read_manifest(instance.instance_id)
-        activate = manifest.meta.get("activate", VENV_ACTIVATE) if manifest else VENV_ACTIVATE
-        return make_eval_script(instance, spec, activate=activate)
+        return manifest.meta.get("activate", VENV_ACTIVATE) if manifest else VENV_ACTIVATE
 
     # -- one call ----------------------------------------------------------------------------
     def _sandbox_spec(self, instance: Instance):
@@ -216,16 +252,25 @@ class Grader:
             (files / PATCH_FILE).write_text(patch)
             with open_sandbox(sandbox_spec, self.backend) as sandbox:
                 log.info(f"Container for {iid} started: {getattr(sandbox, 'id', '')}")
-                ran = self._in_sandbox(sandbox, instance, patch, paths, test_spec, files, out,
-                                       log, verdict)  # fmt: skip
+                ran = self._in_sandbox(
+                    sandbox, instance, patch, paths, test_spec, files, out, log, verdict
+                )
             _check_environment(sandbox_spec)  # before any verdict is written
-            if not isinstance(ran, EvalOutput):
+            if not isinstance(ran, _Ran):
                 return ran()
-            if self.tamper_guard and (refusal := check_run(ran.log_path.read_text(),
-                                                           test_spec.log_parser)):  # fmt: skip
+            log_text = ran.output.log_path.read_text()
+            if self.tamper_guard and (refusal := check_run(log_text, test_spec.log_parser)):
                 return verdict.refused(refusal, patch, out, log, applied=True)
             prediction = {"instance_id": iid, "model_patch": patch, "model_name_or_path": model}
-            report = get_eval_report(test_spec, prediction, str(ran.log_path), True)
+            if (own := grading_of(instance)) is not None:  # the format's own project's verdict
+                report = {iid: own.report(instance, log_text)}
+            else:
+                report = get_eval_report(test_spec, prediction, str(ran.output.log_path), True)
+            if ran.watch and ran.collected and report[iid]["resolved"]:  # it can only take away
+                f2p, p2p = instance.FAIL_TO_PASS, instance.PASS_TO_PASS
+                path = ran.output.log_path
+                if refusal := judge(ran.watch, ran.collected, path, test_spec, f2p, p2p):
+                    return verdict.refused(refusal, patch, out, log, applied=True)
             log.info(f"report: {report}\nResult for {iid}: resolved: {report[iid]['resolved']}")
             (files / LOG_REPORT).write_text(json.dumps(report, indent=4))
             return verdict.graded(report[iid], out)
@@ -233,24 +278,45 @@ class Grader:
     def _in_sandbox(self, sandbox, instance, patch, paths, test_spec, files, out, log, verdict):
         """Apply the patch and run the eval script: the run, or the verdict reached before it
         (to be given once the environment is known to have stayed whole)."""
+        guard = self.tamper_guard
+        untracked = untracked_files(sandbox, REPO_DIR, self.timeout_s) if guard else frozenset()
         applied = apply_patch(sandbox, patch, log, self.timeout_s)
         if not applied.ok:
             kind = "timeout" if applied.timed_out else failure_kind(patch, applied.output)
             why = f"the patch did not apply ({kind}): {applied.output.strip()[-500:]}"
-            return partial(verdict.unresolved, kind, why, out)
-        if self.tamper_guard and (refusal := check_effect(
-            sandbox, REPO_DIR, paths, instance.test_patch, self.timeout_s
-        )):  # fmt: skip
-            return partial(verdict.refused, refusal, patch, out, log, applied=True)
+            timeout = self.timeout_s if applied.timed_out else None
+            return partial(verdict.final, kind, why, patch, out, log, timeout_s=timeout)
+        watch = None
+        if guard:
+            changed = check_effect(
+                sandbox, REPO_DIR, paths, instance.test_patch, self.timeout_s, untracked
+            )
+            if isinstance(changed, Refusal):
+                return partial(verdict.refused, changed, patch, out, log, applied=True)
+            if test_spec.log_parser in PYTEST_PARSERS:
+                watch = RunWatch.make(REPO_DIR, changed, instance.FAIL_TO_PASS)
+                watch.install(sandbox)
         _log_diff(sandbox, log, "before")
         (files / EVAL_FILE).write_text(test_spec.eval_script)
-        ran = run_eval_script(sandbox, test_spec, files / LOG_TEST_OUTPUT, self.timeout_s)
+        env = watch.env if watch else None
+        ran = run_eval_script(sandbox, test_spec, files / LOG_TEST_OUTPUT, self.timeout_s, env)
         if ran.timed_out:
             log.info(f"Test timed out after {self.timeout_s} seconds.")
-            reason = f"the eval script ran past {self.timeout_s} s"
-            return partial(verdict.unresolved, "timeout", reason, out)
+            reason = f"timed out: the eval script ran past {self.timeout_s:g} s"
+            return partial(
+                verdict.final, "timeout", reason, patch, out, log, timeout_s=self.timeout_s
+            )
         _log_diff(sandbox, log, "after")
-        return ran
+        return _Ran(ran, watch, watch.collect(sandbox) if watch else None)
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """An eval script's run, and the guard's plugin and record where it watched the run."""
+
+    output: EvalOutput
+    watch: RunWatch | None = None
+    collected: Collected | None = None
 
 
 class _Verdict:
@@ -291,13 +357,38 @@ class _Verdict:
         so, so that an evaluation counts it unresolved and a re-run does not grade it again."""
         iid = self.instance.instance_id
         log.info(f"Refused by the tamper guard ({refusal.status}): {refusal.reason}")
-        entry = {"patch_is_None": False, "patch_exists": True,
-                 "patch_successfully_applied": applied, "resolved": False,
-                 "refused": refusal.status, "refusal_reason": refusal.reason}  # fmt: skip
+        entry = {
+            "patch_is_None": False,
+            "patch_exists": True,
+            "patch_successfully_applied": applied,
+            "resolved": False,
+            "refused": refusal.status,
+            "refusal_reason": refusal.reason,
+        }
         if out is not None:
             (out / PATCH_FILE).write_text(patch)
             (out / LOG_REPORT).write_text(json.dumps({iid: entry}, indent=4))
         return self._result(False, 0, 0, refusal.status, refusal.reason, out, entry)
+
+    def final(
+        self,
+        status: str,
+        reason: str,
+        patch: str,
+        out: Path | None,
+        log: RunLog,
+        *,
+        timeout_s: float | None = None,
+    ) -> RewardResult:
+        """The patch's own failure, as final as a graded run: it did not apply, or its tests ran
+        past ``timeout_s``. No report.json (the harness writes none); ``VERDICT_FILE`` in
+        ``out`` keeps it for a re-run (``Verdict``)."""
+        log.info(f"Unresolved ({status}): {reason}")
+        if out is not None:
+            (out / PATCH_FILE).write_text(patch)
+            kept = Verdict(status=status, reason=reason, timeout_s=timeout_s)
+            (out / VERDICT_FILE).write_text(kept.model_dump_json(indent=1))
+        return self.unresolved(status, reason, out)
 
     def graded(self, entry: dict, out: Path | None) -> RewardResult:
         tests = entry.get("tests_status", {})

@@ -12,6 +12,7 @@ log.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +65,11 @@ def modified_and_new_files(patch: str) -> tuple[list[str], list[str]]:
 
 def test_directives(test_patch: str, style: str = "files") -> list[str]:
     """What the test command is given: the test patch's files minus NON_TEST_EXTS (a data file
-    or a ``.toml`` is never handed to the test runner), as Django module paths for ``django``."""
+    or a ``.toml`` is never handed to the test runner), as Django module paths for ``django``,
+    or the ``[case NAME]`` names of mypy's data-driven tests as one -k expression."""
+    if style == "mypy_cases":  # SWE-Gym's fork: pytest -k "case1 or case2"
+        cases = re.findall(r"\[case ([^\]]+)\]", test_patch)
+        return ['"' + " or ".join(cases) + '"']
     found = re.findall(r"diff --git a/.* b/(.*)", test_patch)
     directives = [d for d in found if not d.endswith(tuple(NON_TEST_EXTS))]
     if style == "django":
@@ -145,6 +150,8 @@ class EvalRun:
     timed_out: bool = False
 
 
+# A dataset format's reading of a test log: test -> status, and whether the log had a run.
+StatusReader = Callable[[str], tuple[dict[str, str], bool]]
 EVAL_SCRIPT_PATH = "/eval.sh"  # where run_instance copies it in the container
 TEST_OUTPUT_PATH = "/tmp/.sweflow-test-output"
 
@@ -157,16 +164,20 @@ class EvalOutput:
     timed_out: bool
 
 
-def run_eval_script(sandbox, spec: TestSpec, log_path: Path, timeout: float) -> EvalOutput:
+def run_eval_script(
+    sandbox, spec: TestSpec, log_path: Path, timeout: float, env: dict[str, str] | None = None
+) -> EvalOutput:
     """Run the spec's eval script like run_instance: ``/bin/bash /eval.sh``, stdout and stderr
     merged into ``log_path`` (the harness's test_output.txt), its timeout note appended.
+    ``env`` adds variables (the tamper guard's plugin; none for the harness's own run).
 
     The output goes to a file inside the sandbox and is read back whole, so a long test log is
     never cut the way an exec result's output is.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     sandbox.write(EVAL_SCRIPT_PATH, spec.eval_script)
-    result = sandbox.exec(f"/bin/bash {EVAL_SCRIPT_PATH} >{TEST_OUTPUT_PATH} 2>&1", timeout=timeout)
+    command = f"/bin/bash {EVAL_SCRIPT_PATH} >{TEST_OUTPUT_PATH} 2>&1"
+    result = sandbox.exec(command, timeout=timeout, env=env)
     try:
         text = sandbox.read(TEST_OUTPUT_PATH).decode(errors="replace")
     except SandboxFileError:
@@ -185,8 +196,10 @@ def run_eval(
     *,
     patch: str | None,
     timeout: float,
+    statuses: StatusReader | None = None,
 ) -> EvalRun:
-    """Apply ``patch`` (if any) the way the harness does, run the eval script, parse the log.
+    """Apply ``patch`` (if any) the way the harness does, run the eval script, parse the log
+    (with swebench's parser, or ``statuses``: a dataset format's own reading of its log).
 
     The apply chain's own output goes to ``<log>.apply.log``, not into the test log: the harness
     grades the eval script's output alone.
@@ -204,5 +217,8 @@ def run_eval(
     out = run_eval_script(sandbox, spec, log_path, timeout)
     if out.timed_out:
         return EvalRun(log_path, timed_out=True)
-    statuses, parsed = get_logs_eval(spec, str(log_path))
-    return EvalRun(log_path, statuses=statuses, parsed=parsed)
+    if statuses is not None:
+        found, parsed = statuses(log_path.read_text())
+    else:
+        found, parsed = get_logs_eval(spec, str(log_path))
+    return EvalRun(log_path, statuses=found, parsed=parsed)

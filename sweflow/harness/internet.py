@@ -78,14 +78,16 @@ def _digest(*parts: str) -> str:
 
 def build_script(python: str, hosts: Sequence[str]) -> str:
     """The build step (networked, as every build): the venv, then the certificates."""
-    return "\n".join([
-        "set -euxo pipefail",
-        f"{python} -m venv {PREFIX}",
-        f"{PREFIX}/bin/python -m pip install " + " ".join(map(shlex.quote, PACKAGES)),
-        f"{PREFIX}/bin/python -c 'import httpbin, gunicorn, gevent'",
-        f"cd {PREFIX}",
-        certificate_commands(hosts),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "set -euxo pipefail",
+            f"{python} -m venv {PREFIX}",
+            f"{PREFIX}/bin/python -m pip install " + " ".join(map(shlex.quote, PACKAGES)),
+            f"{PREFIX}/bin/python -c 'import httpbin, gunicorn, gevent'",
+            f"cd {PREFIX}",
+            certificate_commands(hosts),
+        ]
+    )
 
 
 def certificate_commands(hosts: Sequence[str]) -> str:
@@ -95,33 +97,39 @@ def certificate_commands(hosts: Sequence[str]) -> str:
     Both come from requests and extension files: ``req -x509`` would add its config's defaults,
     and OpenSSL 1.1 rejects a CA whose basicConstraints then appear twice.
     """
-    ca_ext = "\\n".join([
-        "basicConstraints=critical,CA:TRUE",
-        "keyUsage=critical,keyCertSign,cRLSign",
-        "subjectKeyIdentifier=hash",
-    ])  # fmt: skip
-    leaf_ext = "\\n".join([
-        "subjectAltName=" + ",".join(f"DNS:{h}" for h in hosts),
-        "basicConstraints=critical,CA:FALSE",
-        "keyUsage=critical,digitalSignature,keyEncipherment",
-        "extendedKeyUsage=serverAuth",
-        "authorityKeyIdentifier=keyid",
-        "subjectKeyIdentifier=hash",
-    ])  # fmt: skip
-    return "\n".join([
-        "openssl req -newkey rsa:2048 -nodes -subj '/CN=sweflow emulated internet CA'"
-        " -keyout ca.key -out ca.csr",
-        f"printf '{ca_ext}\\n' > ca.ext",
-        f"openssl x509 -req -in ca.csr -signkey ca.key -days {CERT_DAYS} -extfile ca.ext"
-        " -out ca.pem",
-        f"openssl req -newkey rsa:2048 -nodes -subj /CN={shlex.quote(hosts[0])}"
-        " -keyout server.key -out server.csr",
-        f"printf '{leaf_ext}\\n' > server.ext",
-        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial"
-        f" -days {CERT_DAYS} -extfile server.ext -out server.pem",
-        "openssl verify -CAfile ca.pem server.pem",
-        "rm -f ca.key ca.csr ca.ext ca.srl server.csr server.ext",
-    ])  # fmt: skip
+    ca_ext = "\\n".join(
+        [
+            "basicConstraints=critical,CA:TRUE",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "subjectKeyIdentifier=hash",
+        ]
+    )
+    leaf_ext = "\\n".join(
+        [
+            "subjectAltName=" + ",".join(f"DNS:{h}" for h in hosts),
+            "basicConstraints=critical,CA:FALSE",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+            "extendedKeyUsage=serverAuth",
+            "authorityKeyIdentifier=keyid",
+            "subjectKeyIdentifier=hash",
+        ]
+    )
+    return "\n".join(
+        [
+            "openssl req -newkey rsa:2048 -nodes -subj '/CN=sweflow emulated internet CA'"
+            " -keyout ca.key -out ca.csr",
+            f"printf '{ca_ext}\\n' > ca.ext",
+            f"openssl x509 -req -in ca.csr -signkey ca.key -days {CERT_DAYS} -extfile ca.ext"
+            " -out ca.pem",
+            f"openssl req -newkey rsa:2048 -nodes -subj /CN={shlex.quote(hosts[0])}"
+            " -keyout server.key -out server.csr",
+            f"printf '{leaf_ext}\\n' > server.ext",
+            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial"
+            f" -days {CERT_DAYS} -extfile server.ext -out server.pem",
+            "openssl verify -CAfile ca.pem server.pem",
+            "rm -f ca.key ca.csr ca.ext ca.srl server.csr server.ext",
+        ]
+    )
 
 
 def start_command(hosts: Sequence[str]) -> str:

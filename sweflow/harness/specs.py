@@ -99,8 +99,10 @@ class EnvSpec(BaseModel):
         "REQUESTS_CA_BUNDLE and by every bundle of public roots (requests' own cacert.pem too); "
         "other names do not resolve, other addresses time out",
     )
-    test_directives: Literal["files", "django"] = Field(
-        "files", description="test files as given, or as Django's runtests module paths"
+    test_directives: Literal["files", "django", "mypy_cases"] = Field(
+        "files",
+        description="test files as given, as Django's runtests module paths, or (SWE-Gym's "
+        "mypy) one -k expression of the test patch's [case NAME] names",
     )
 
     @property

@@ -7,6 +7,7 @@ at all (missing, not JSON, not parquet) raises InstancesError.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -14,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from sweflow.instances.record import InstancesError, LoadResult, RowError, parse_row
+from sweflow.instances.hub import hub_dataset_folder, parse_hub_name
+from sweflow.instances.record import InstancesError, LoadResult, RowError, RowMapper, parse_row
 
 # (source, 0-based index, raw row); readers yield these, or a RowError for a row they could
 # not even read, or None for a row they skip on purpose (a task in another split).
@@ -36,7 +38,11 @@ SAVED_DATASET_FILES = ("dataset_dict.json", "dataset_info.json", "state.json")
 
 
 def load_instances(
-    source: str | Path, split: str | None = None, *, instances: Sequence[str] | None = None
+    source: str | Path,
+    split: str | None = None,
+    *,
+    instances: Sequence[str] | None = None,
+    mapper: RowMapper | None = None,
 ) -> LoadResult:
     """Load tasks from whatever ``source`` is, keeping only ``instances`` when given.
 
@@ -60,19 +66,27 @@ def load_instances(
             raise InstancesError(
                 f"{path}: unknown task file type {path.suffix!r}; use .json, .jsonl or .parquet"
             )
-        return loader(path, instances=instances)
+        return loader(path, instances=instances, mapper=mapper)
     if path.is_dir():
         if _saved_dataset(path, split) is not None:
-            return load_hf_dataset(path, split, instances=instances)
+            return load_hf_dataset(path, split, instances=instances, mapper=mapper)
         if _task_dirs(path):
-            return load_task_repo(path, split, instances=instances)
+            return load_task_repo(path, split, instances=instances, mapper=mapper)
         if (path / "tasks.jsonl").is_file():
-            return load_jsonl(path / "tasks.jsonl", instances=instances)
-        return load_hf_dataset(path, split, instances=instances)
+            return load_jsonl(path / "tasks.jsonl", instances=instances, mapper=mapper)
+        return load_hf_dataset(path, split, instances=instances, mapper=mapper)
     looks_like_a_path = path.suffix.lower() in loaders or str(source).startswith((".", "/", "~"))
-    if isinstance(source, Path) or looks_like_a_path:
+    hub = None if isinstance(source, Path) or looks_like_a_path else parse_hub_name(str(source))
+    if hub is None:
         raise InstancesError(f"no such file or directory: {path}")
-    return load_hf_dataset(str(source), split, instances=instances)
+    if hub.split and split and hub.split != split:
+        raise InstancesError(f"{source}: names split {hub.split!r} but split {split!r} is asked")
+    result = load_hf_dataset(
+        hub_dataset_folder(hub), hub.split or split, instances=instances, mapper=mapper
+    )
+    # errors name the dataset as given, not the cache folder it was read from
+    result.errors = [dataclasses.replace(e, source=str(source)) for e in result.errors]
+    return result
 
 
 def beside_dataset(source: str | Path, name: str) -> Path:
@@ -82,7 +96,9 @@ def beside_dataset(source: str | Path, name: str) -> Path:
     return (path if path.is_dir() else path.parent) / name
 
 
-def load_json(path: str | Path, *, instances: Sequence[str] | None = None) -> LoadResult:
+def load_json(
+    path: str | Path, *, instances: Sequence[str] | None = None, mapper: RowMapper | None = None
+) -> LoadResult:
     """A JSON list of rows, an object of instance_id -> row, or one row.
 
     JSON Lines under a .json name (what ``Dataset.to_json`` writes) is read as JSONL.
@@ -92,7 +108,7 @@ def load_json(path: str | Path, *, instances: Sequence[str] | None = None) -> Lo
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data":
-            return _collect(_jsonl_rows(str(path), text), str(path), instances)
+            return _collect(_jsonl_rows(str(path), text), str(path), instances, mapper)
         raise InstancesError(
             f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}"
         ) from None
@@ -103,15 +119,19 @@ def load_json(path: str | Path, *, instances: Sequence[str] | None = None) -> Lo
         rows = ((str(path), i, row) for i, row in enumerate(data))
     else:
         raise InstancesError(f"{path}: expected a list of task rows, got {type(data).__name__}")
-    return _collect(rows, str(path), instances)
+    return _collect(rows, str(path), instances, mapper)
 
 
-def load_jsonl(path: str | Path, *, instances: Sequence[str] | None = None) -> LoadResult:
+def load_jsonl(
+    path: str | Path, *, instances: Sequence[str] | None = None, mapper: RowMapper | None = None
+) -> LoadResult:
     """One row per line; a line that is not JSON is a RowError naming the line."""
-    return _collect(_jsonl_rows(str(path), _read_text(path)), str(path), instances)
+    return _collect(_jsonl_rows(str(path), _read_text(path)), str(path), instances, mapper)
 
 
-def load_parquet(path: str | Path, *, instances: Sequence[str] | None = None) -> LoadResult:
+def load_parquet(
+    path: str | Path, *, instances: Sequence[str] | None = None, mapper: RowMapper | None = None
+) -> LoadResult:
     """A parquet file, one row per task (the HF datasets' own storage format)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -122,11 +142,16 @@ def load_parquet(path: str | Path, *, instances: Sequence[str] | None = None) ->
         data = pq.read_table(path).to_pylist()
     except (OSError, pa.ArrowException) as exc:
         raise InstancesError(f"{path}: not a readable parquet file: {exc}") from None
-    return _collect(((str(path), i, row) for i, row in enumerate(data)), str(path), instances)
+    rows = ((str(path), i, row) for i, row in enumerate(data))
+    return _collect(rows, str(path), instances, mapper)
 
 
 def load_hf_dataset(
-    name: str | Path, split: str | None = None, *, instances: Sequence[str] | None = None
+    name: str | Path,
+    split: str | None = None,
+    *,
+    instances: Sequence[str] | None = None,
+    mapper: RowMapper | None = None,
 ) -> LoadResult:
     """A Hugging Face dataset: a hub name, a folder of data files, or a ``save_to_disk`` folder.
 
@@ -152,11 +177,16 @@ def load_hf_dataset(
                 f"dataset {str(name)!r} has splits {', '.join(ds)}: choose one with a split"
             )
         ds = ds[split]
-    return _collect(((str(name), i, row) for i, row in enumerate(ds)), str(name), instances)
+    rows = ((str(name), i, row) for i, row in enumerate(ds))
+    return _collect(rows, str(name), instances, mapper)
 
 
 def load_task_repo(
-    path: str | Path, split: str | None = None, *, instances: Sequence[str] | None = None
+    path: str | Path,
+    split: str | None = None,
+    *,
+    instances: Sequence[str] | None = None,
+    mapper: RowMapper | None = None,
 ) -> LoadResult:
     """A swebench-5 task repo: ``<path>/tasks/<instance_id>/`` (or ``<path>/<instance_id>/``).
 
@@ -172,7 +202,7 @@ def load_task_repo(
     if not dirs:
         raise InstancesError(f"{path}: no task folders (tasks/<instance_id>/task.yaml) found")
     rows = (_task_row(d, i, split) for i, d in enumerate(dirs))
-    return _collect(rows, str(path), instances)
+    return _collect(rows, str(path), instances, mapper)
 
 
 def _read_text(path: str | Path) -> str:
@@ -271,7 +301,9 @@ def _task_row(folder: Path, index: int, split: str | None) -> Raw | RowError | N
     return _keyed(source, index, folder.name, meta)
 
 
-def _collect(rows: Rows, source: str, wanted: Sequence[str] | None) -> LoadResult:
+def _collect(
+    rows: Rows, source: str, wanted: Sequence[str] | None, mapper: RowMapper | None = None
+) -> LoadResult:
     """Parse rows, drop duplicates (the first wins), and keep only the ``wanted`` ids.
 
     With ``wanted``, errors of rows whose id is readable and not wanted are dropped (they do
@@ -286,7 +318,7 @@ def _collect(rows: Rows, source: str, wanted: Sequence[str] | None) -> LoadResul
             result.errors.append(item)
             continue
         src, index, raw = item
-        parsed = parse_row(raw, src, index)
+        parsed = parse_row(raw, src, index, mapper)
         if isinstance(parsed, list):
             result.errors.extend(parsed)
         elif parsed.instance_id in first:

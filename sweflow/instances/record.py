@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -21,6 +22,20 @@ from sweflow.errors import SweflowError
 
 class InstancesError(SweflowError):
     """A task source that cannot be read at all: a missing file, bad JSON, an unknown format."""
+
+
+class RowRefused(ValueError):
+    """A row a dataset format cannot turn into a task: the message says why, ``field`` which
+    column (None: the row as a whole)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+# A dataset format's mapping of one raw row to the task record's fields (sweflow.formats);
+# it raises RowRefused for a row it cannot map.
+RowMapper = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class Instance(BaseModel):
@@ -135,11 +150,21 @@ class LoadResult:
         return self.instances
 
 
-def parse_row(row: Any, source: str, index: int) -> Instance | list[RowError]:
-    """One raw row as an Instance, or an error per bad field."""
+def parse_row(
+    row: Any, source: str, index: int, mapper: RowMapper | None = None
+) -> Instance | list[RowError]:
+    """One raw row as an Instance (through ``mapper`` first, when given), or an error per bad
+    field."""
     if not isinstance(row, dict):
         msg = f"expected an object with instance_id, repo, ..., got {type(row).__name__}"
         return [RowError(source, index, None, None, msg)]
+    if mapper is not None:
+        try:
+            row = mapper(row)
+        except RowRefused as exc:
+            iid = row.get("instance_id")
+            iid = iid if isinstance(iid, str) and iid else None
+            return [RowError(source, index, iid, exc.field, str(exc))]
     try:
         return Instance.model_validate(row)
     except ValidationError as exc:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from sweflow.files import write_atomic
 from sweflow.instances.record import Instance, InstancesError
 
 
@@ -64,15 +63,4 @@ def _json_default(value: Any) -> str:
 
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared dataset from other users
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, write)

@@ -8,26 +8,28 @@ bundled deployments). Every stage writes under ``run_dir``; ``stages`` picks a s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, create_model
+from pydantic import Field, create_model, model_validator
 
-from sweflow.cluster.executors import DEFAULT_EXECUTOR, ExecutorName
-from sweflow.configfile import apply_overrides, read_yaml_mapping, validate_model
+from sweflow.configfile import FolderName, apply_overrides, read_yaml_mapping, validate_model
 from sweflow.errors import ConfigError
+from sweflow.paths import output_folder_problem
 from sweflow.pipeline.registry import BY_NAME, STAGES
 from sweflow.pipeline.sections import (
     AgentSection,
     DatasetSection,
     EnvsSection,
+    ExecutorSection,
     ModelSection,
-    RaySection,
     SandboxSection,
     Section,
     SplitSection,
+    TrackingSection,
 )
+from sweflow.tracking.check import tracking_problems
 
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in STAGES)
 Stage = Literal[STAGE_NAMES]  # type: ignore[valid-type]
@@ -38,31 +40,36 @@ class PipelineConfigError(ConfigError):
 
 
 class PipelineBase(Section):
-    name: str = Field("demo", description="names the flow runs")
+    name: FolderName = Field("demo", description="names the flow runs (and their folders)")
     run_dir: Path = Field(Path("runs/demo"), description="every stage's outputs go here")
     stages: list[Stage] = Field(default_factory=lambda: list(STAGE_NAMES))
     force: list[Stage] = Field(default_factory=list, description="re-run despite the cache")
     retries: int = Field(2, ge=0, description="retries of infrastructure failures per stage")
-    executor: ExecutorName = Field(
-        DEFAULT_EXECUTOR,
-        description="where per-instance work runs (builds, validations, gradings, agent runs); "
-        "its options are the config section of the same name, when there is one",
-    )
-    ray: RaySection = Field(default_factory=RaySection)
+    executor: ExecutorSection = Field(default_factory=ExecutorSection)
     dataset: DatasetSection = Field(default_factory=DatasetSection)
     envs: EnvsSection = Field(default_factory=EnvsSection)
     sandbox: SandboxSection = Field(default_factory=SandboxSection)
     model: ModelSection = Field(default_factory=ModelSection)
     agent: AgentSection = Field(default_factory=AgentSection)
     split: SplitSection = Field(default_factory=SplitSection)
+    tracking: TrackingSection = Field(
+        default_factory=TrackingSection, description="MLflow, W&B and TensorBoard"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        """A key of the earlier layout is refused naming where it went (extra keys would say
+        only that they are not permitted): the executor's name and options are one section."""
+        if isinstance(data, dict):
+            if "ray" in data:
+                raise ValueError("ray moved to executor.ray")
+            if isinstance(data.get("executor"), str):
+                raise ValueError("executor moved to executor.name")
+        return data
 
     def store(self) -> Path:
         return self.envs.store or self.run_dir / "store"
-
-    def executor_options(self) -> dict:
-        """The options of the configured executor: its section (``ray:``), if it has one."""
-        section = getattr(self, self.executor, None)
-        return section.model_dump() if isinstance(section, Section) else {}
 
     def needed(self, targets: Sequence[str]) -> list[str]:
         """The targets and every stage they read from, in pipeline order: their upstream, and
@@ -114,25 +121,49 @@ def load_pipeline_config(
     return config
 
 
+def dataset_paths(config: PipelineConfig, at: Callable[[Path], Path]) -> list:
+    """The dataset paths to check as files or folders: not a Hub id (org/name[@rev][:split]) that
+    names nothing on disk, which is read from the Hugging Face cache or downloaded."""
+    from sweflow.instances.hub import parse_hub_name
+
+    named = [("dataset.path", config.dataset.path)]
+    if config.dataset.eval is not None:
+        named.append(("dataset.eval.path", config.dataset.eval.path))
+    return [
+        (field, path, path.is_dir() if at(path).is_dir() else False, True)
+        for field, path in named
+        if at(path).exists() or parse_hub_name(str(path)) is None
+    ]
+
+
 def check_config(config: PipelineConfig, root: Path, where: str = "pipeline config") -> None:
     """What the schema cannot see, told before any stage runs (a stage would fail on it later,
     and a path error there reads as the machinery's and is retried): inputs that must exist,
-    folders that are files, models named like nothing. Relative paths are relative to ``root``,
-    the directory the pipeline runs in."""
+    folders that are files, output folders of the system or not writable, models named like
+    nothing, trackers that cannot take the run (a server that does not answer). Relative paths
+    are relative to ``root``, the directory the pipeline runs in."""
     from sweflow.serving.models import is_model_folder, model_ref_problem
 
     def at(path: Path) -> Path:
         return path if path.is_absolute() else root / path
 
+    problems = [
+        f"{field}: {problem}"
+        for field, path in (("run_dir", config.run_dir), ("envs.store", config.envs.store))
+        if path is not None and (problem := output_folder_problem(at(path))) is not None
+    ]
     paths = [  # (field, its value, a folder rather than a file, an input that must exist)
-        ("run_dir", config.run_dir, True, False),
-        ("envs.store", config.envs.store, True, False),
-        ("dataset.path", config.dataset.path, False, True),
+        *dataset_paths(config, at),
         ("dataset.specs", config.dataset.specs, False, True),
         ("dataset.repo_mirror", config.dataset.repo_mirror, True, True),
         ("envs.wheelhouse", config.envs.wheelhouse, True, True),
     ]
-    problems = []
+    sources = config.sft.data or []
+    paths += [
+        (f"sft.data[{i}]", Path(s.source), False, True)
+        for i, s in enumerate(sources)
+        if s.source != "collect" and s.hub() is None
+    ]
     for field, path, folder, needed in paths:
         if path is None:
             continue
@@ -143,13 +174,17 @@ def check_config(config: PipelineConfig, root: Path, where: str = "pipeline conf
         elif at(path).is_dir() != folder:
             kinds = ("a folder", "a file") if at(path).is_dir() else ("a file", "a folder")
             problems.append(f"{field}: {path} is {kinds[0]}, not {kinds[1]}")
-    models = (("model.source", config.model.source), ("sft.model", config.sft.model),
-              ("rl.model", config.rl.model))  # fmt: skip
+    models = (
+        ("model.source", config.model.source),
+        ("sft.model", config.sft.model),
+        ("rl.model", config.rl.model),
+    )
     for field, ref in models:
         if ref is None or is_model_folder(at(Path(ref))):
             continue
         if (problem := model_ref_problem(ref)) is not None:
             problems.append(f"{field}: {problem}")
+    problems += tracking_problems(config.tracking, root)
     if problems:
         raise PipelineConfigError(f"{where}: {'; '.join(problems)}")
 

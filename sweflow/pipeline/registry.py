@@ -9,7 +9,6 @@ its entry in ``deployments/prefect.yaml``.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from sweflow.pipeline.sections import (
     Section,
     SFTSection,
 )
+from sweflow.registered import load_named
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,10 @@ class StageSpec:
         return (*self.reads, self.key) if self.key else self.reads
 
     def function(self) -> Callable[..., Any]:
-        return _load(self.run)
+        return load_named("stage function", self.run, {})
 
     def extra_inputs(self, config: Any) -> dict[str, Any]:
-        return _load(self.inputs)(config) if self.inputs else {}
+        return load_named("stage inputs", self.inputs, {})(config) if self.inputs else {}
 
     def source_file(self) -> Path:
         """The file that defines the stage (found without importing it), for cache keys."""
@@ -74,45 +74,82 @@ class StageSpec:
         return Path(spec.origin)
 
 
-def _load(path: str) -> Callable[..., Any]:
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 _STAGES = "sweflow.pipeline.stages"
 STAGES: tuple[StageSpec, ...] = (
-    StageSpec("build_envs", f"{_STAGES}.envs:build_envs",
-              "Build (or find cached) every instance's layers.",
-              reads=("dataset", "envs")),
-    StageSpec("validate_envs", f"{_STAGES}.envs:validate_envs",
-              "Validate every built instance both ways; writes the validated dataset.",
-              upstream=("build_envs",), reads=("dataset", "envs")),
-    StageSpec("collect_trajectories", f"{_STAGES}.agents:collect_trajectories",
-              "Graded agent runs on validated tasks; the resolved ones become SFT data.",
-              upstream=("validate_envs",), reads=("model", "agent", "sandbox", "split"),
-              section=CollectSection, key="collect", serves_model=True),
-    StageSpec("sft", f"{_STAGES}.sft:sft",
-              "Fine-tune the model on the collected trajectories (torchtune).",
-              upstream=("collect_trajectories",), reads=("model",), section=SFTSection,
-              key="sft", inputs=f"{_STAGES}.sft:base_model_digest"),
-    StageSpec("rl", f"{_STAGES}.rl:rl",
-              "On-policy RL (GRPO) on the train split, rewarded by the tests in sandboxes.",
-              upstream=("validate_envs",), after=("sft",),
-              reads=("model", "agent", "sandbox", "split"), section=RLSection, key="rl",
-              inputs=f"{_STAGES}.rl:policy_digest"),
-    StageSpec("infer", f"{_STAGES}.agents:infer",
-              "One agent run per eval task with the newest model of the run; writes preds.json.",
-              upstream=("validate_envs",), after=("sft", "rl"),
-              reads=("model", "agent", "sandbox", "split"),
-              section=InferSection, key="infer", serves_model=True),
-    StageSpec("evaluate", f"{_STAGES}.evaluate:evaluate",
-              "Grade preds.json like swebench's run_evaluation (same files, same summary).",
-              upstream=("infer",), reads=("sandbox",), section=EvalSection, key="eval"),
-    StageSpec("report", f"{_STAGES}.report:report",
-              "What the run did and learned: the base model beside the trained one.",
-              upstream=("evaluate",),
-              after=("build_envs", "validate_envs", "collect_trajectories", "sft", "rl", "infer"),
-              reads=("model", "agent", "sandbox", "split", "infer"), section=ReportSection,
-              key="report", serves_model=True),
-)  # fmt: skip
+    StageSpec(
+        "build_envs",
+        f"{_STAGES}.envs:build_envs",
+        "Build (or find cached) every instance's layers.",
+        reads=("dataset", "envs"),
+    ),
+    StageSpec(
+        "validate_envs",
+        f"{_STAGES}.envs:validate_envs",
+        "Validate every built instance both ways; writes the validated dataset.",
+        upstream=("build_envs",),
+        reads=("dataset", "envs"),
+    ),
+    StageSpec(
+        "collect_trajectories",
+        f"{_STAGES}.agents:collect_trajectories",
+        "Graded agent runs on validated tasks; the resolved ones become SFT data.",
+        upstream=("validate_envs",),
+        reads=("model", "agent", "sandbox", "split"),
+        section=CollectSection,
+        key="collect",
+        serves_model=True,
+    ),
+    StageSpec(
+        "sft",
+        f"{_STAGES}.sft:sft",
+        "Fine-tune the model on the collected trajectories (torchtune).",
+        upstream=("collect_trajectories",),
+        reads=("model",),
+        section=SFTSection,
+        key="sft",
+        inputs=f"{_STAGES}.sft:base_model_digest",
+    ),
+    StageSpec(
+        "rl",
+        f"{_STAGES}.rl:rl",
+        "On-policy RL (GRPO) on the train split, rewarded by the tests in sandboxes.",
+        upstream=("validate_envs",),
+        after=("sft",),
+        reads=("model", "agent", "sandbox", "split"),
+        section=RLSection,
+        key="rl",
+        inputs=f"{_STAGES}.rl:policy_digest",
+    ),
+    StageSpec(
+        "infer",
+        f"{_STAGES}.agents:infer",
+        "One agent run per eval task with the newest model of the run; writes preds.json.",
+        upstream=("validate_envs",),
+        after=("sft", "rl"),
+        reads=("model", "agent", "sandbox", "split"),
+        section=InferSection,
+        key="infer",
+        serves_model=True,
+    ),
+    StageSpec(
+        "evaluate",
+        f"{_STAGES}.evaluate:evaluate",
+        "Grade preds.json like swebench's run_evaluation (same files, same summary).",
+        upstream=("infer",),
+        reads=("sandbox",),
+        section=EvalSection,
+        key="eval",
+    ),
+    StageSpec(
+        "report",
+        f"{_STAGES}.report:report",
+        "What the run did and learned: the base model beside the trained one.",
+        upstream=("evaluate",),
+        after=("build_envs", "validate_envs", "collect_trajectories", "sft", "rl", "infer"),
+        reads=("model", "agent", "sandbox", "split", "infer"),
+        section=ReportSection,
+        key="report",
+        serves_model=True,
+    ),
+)
 BY_NAME: dict[str, StageSpec] = {stage.name: stage for stage in STAGES}

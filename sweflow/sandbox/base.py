@@ -7,13 +7,14 @@ an asyncio agent loop can keep hundreds of sandboxes busy without blocking its e
 from __future__ import annotations
 
 import asyncio
-import importlib
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import TracebackType
+from typing import ClassVar
 
-from sweflow.sandbox.backends import check_backend_name, import_path
+from sweflow.registered import load_named
+from sweflow.sandbox.backends import BACKENDS
 from sweflow.sandbox.errors import SandboxConfigError, SandboxFileError
 from sweflow.sandbox.spec import SandboxSpec
 
@@ -66,13 +67,19 @@ def wrap_command(cmd: str, cwd: str | None, env: dict[str, str] | None) -> str:
     return "(" + "\n".join(parts) + "\n)"
 
 
-def diff_command(workdir: str, base: str, exclude: list[str] | None) -> str:
+DIFF_INDEX = "/tmp/.sweflow-diff-index"
+
+
+def diff_command(
+    workdir: str, base: str, exclude: list[str] | None, index: str = DIFF_INDEX
+) -> str:
     """Shell that prints the workdir repo's diff against ``base``, new files included.
 
-    A throwaway index keeps the agent's own index untouched; with ``exclude`` None it prints the
-    NUL-separated numstat instead, which is how binary files are found.
+    A throwaway index (the file ``index``) keeps the agent's own index untouched; with
+    ``exclude`` None it prints the NUL-separated numstat instead, which is how binary files are
+    found.
     """
-    index = "/tmp/.sweflow-diff-index"
+    index = shlex.quote(index)
     head = (
         f"cd -- {shlex.quote(workdir)} && rm -f {index} && "
         f"(cp .git/index {index} 2>/dev/null || true) && "
@@ -113,6 +120,10 @@ class Sandbox(ABC):
     """One isolated environment: a shell whose state persists between exec() calls."""
 
     spec: SandboxSpec
+    # Whether the code inside is kept from the host (its files, processes, network): what a
+    # hostile patch's run needs (RL refuses a backend that does not).
+    isolated: ClassVar[bool] = True
+    diff_index: str = DIFF_INDEX  # the throwaway git index diff() uses, a file in the sandbox
 
     @abstractmethod
     def exec(
@@ -161,8 +172,9 @@ class Sandbox(ABC):
         New files are included; binary files are left out, since a text patch cannot carry them.
         """
         workdir, base = self.spec.workdir, self.spec.repo_base
-        numstat = self._checked(diff_command(workdir, base, None), "list changed files")
-        patch = self._checked(diff_command(workdir, base, binary_paths(numstat)), "diff")
+        index = self.diff_index
+        numstat = self._checked(diff_command(workdir, base, None, index), "list changed files")
+        patch = self._checked(diff_command(workdir, base, binary_paths(numstat), index), "diff")
         return patch
 
     def _checked(self, cmd: str, what: str) -> str:
@@ -218,12 +230,7 @@ class Sandbox(ABC):
 
 def backend_class(name: str) -> type[Sandbox]:
     """The Sandbox class of a registered backend name or a dotted path, imported now."""
-    check_backend_name(name)
-    module_name, attr = import_path(name)
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise SandboxConfigError(f"sandbox backend {name!r} cannot be imported: {exc}") from exc
+    cls = load_named("sandbox backend", name, BACKENDS, SandboxConfigError)
     if not (isinstance(cls, type) and issubclass(cls, Sandbox)):
         raise SandboxConfigError(f"sandbox backend {name!r} is not a Sandbox class")
     return cls

@@ -61,10 +61,28 @@ def children_of(parent: int) -> list[tuple[int, int]]:
     return [(pid, int(fields[19])) for pid, fields in _processes() if int(fields[1]) == parent]
 
 
+def descendants_of(ancestor: int) -> list[tuple[int, int]]:
+    """(pid, start ticks) of ``ancestor``'s live descendants, found by scanning /proc. An orphan
+    is one only where ``ancestor`` is a subreaper (PR_SET_CHILD_SUBREAPER): it is adopted there."""
+    children: dict[int, list[tuple[int, list[str]]]] = {}
+    for pid, fields in _processes():
+        children.setdefault(int(fields[1]), []).append((pid, fields))
+    found, todo = [], [ancestor]
+    while todo:
+        for pid, fields in children.get(todo.pop(), []):
+            todo.append(pid)
+            if fields[0] not in ("Z", "X"):
+                found.append((pid, int(fields[19])))
+    return found
+
+
 def group_members(pgid: int) -> list[int]:
     """The live processes of process group ``pgid``, found by scanning /proc."""
-    return [pid for pid, fields in _processes()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X")]  # fmt: skip
+    return [
+        pid
+        for pid, fields in _processes()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X")
+    ]
 
 
 def shared_memory_of(pids: list[int]) -> set[str]:

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweflow.errors import SweflowError
+from sweflow.progress import Progress
 from sweflow.sandbox.mounts import mounts_under
 from sweflow.sandbox.tarfiles import ChunkReader, UnsafeArchiveError, safe_extract
 
 if TYPE_CHECKING:
     import docker
 
-Progress = Callable[[str], None]
 
 SUITES: tuple[str, ...] = ("bullseye", "bookworm", "trixie")
 DEFAULT_INCLUDE: tuple[str, ...] = (
@@ -55,7 +55,8 @@ HOST_MASKED_PATHS: tuple[str, ...] = (
     "/var/tmp",
     "/mnt",
     "/media",
-    # the sandbox's root is the host's root in a root-run user namespace: it could read these
+    # root-only on the host, so root inside (not the host's root) cannot read them anyway;
+    # masked too, as they were when root inside was the host's root
     "/etc/shadow",
     "/etc/shadow-",
     "/etc/gshadow",

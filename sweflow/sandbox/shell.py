@@ -19,17 +19,23 @@ from sweflow.sandbox.spec import Limits
 
 STATE_FILE = "/dev/shm/.sweflow-shell-state"
 
-DRIVER = rf"""
+
+def driver(state_file: str = STATE_FILE) -> str:
+    """The shell's loop, keeping its cwd and exports in ``state_file`` after each command."""
+    return rf"""
 unset __SF_DRIVER
 set +o history 2>/dev/null
-[ -r {STATE_FILE} ] && . {STATE_FILE} 2>/dev/null
+[ -r {state_file} ] && . {state_file} 2>/dev/null
 while IFS= read -r -d '' __sf_id && IFS= read -r -d '' __sf_cmd; do
   eval "$__sf_cmd" </dev/null
   __sf_rc=$?
-  {{ export -p; printf 'cd -- %q\n' "$PWD"; }} >{STATE_FILE} 2>/dev/null
+  {{ export -p; printf 'cd -- %q\n' "$PWD"; }} >{state_file} 2>/dev/null
   printf '\0\033SWF%s:%d\0' "$__sf_id" "$__sf_rc"
 done
 """
+
+
+DRIVER = driver()
 
 # The loop travels in the environment so that ``ps`` inside shows a short command line.
 SHELL_ARGV = ["/bin/bash", "--noprofile", "--norc", "-c", 'eval "$__SF_DRIVER"']

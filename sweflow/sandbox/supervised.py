@@ -16,6 +16,7 @@ run, or no shell answers, the backend's last resort (:meth:`SupervisedShell._kil
 
 :class:`SupervisedShell` holds the exec algorithm; a backend supplies the transport: send bytes,
 read bytes until a deadline, run a process beside the shell, and what to do when the stream ends.
+A backend that sees the sandbox's processes from the host (scratch) kills them itself instead.
 """
 
 from __future__ import annotations
@@ -34,16 +35,22 @@ SHELL_GRACE_S = 2.0
 SHELL_BACK_S = 60.0  # how long a killed shell may take to come back
 SHELL_PID_FILE = "/dev/shm/.sweflow-shell-pid"
 
-# Runs the shell protocol's driver, reports each exit of it, starts it again.
-SUPERVISOR = rf"""
+
+def supervisor(pid_file: str = SHELL_PID_FILE) -> str:
+    """Runs the shell protocol's driver, reports each exit of it (the shell's pid in
+    ``pid_file``), starts it again."""
+    return rf"""
 exec 2>/dev/null
 __sf_nonce=$__SF_NONCE
 unset __SF_NONCE __SF_SUPERVISOR
 while :; do
-  /bin/bash --noprofile --norc -c 'exec 2>&1; echo "$$" >{SHELL_PID_FILE}; eval "$__SF_DRIVER"'
+  /bin/bash --noprofile --norc -c 'exec 2>&1; echo "$$" >{pid_file}; eval "$__SF_DRIVER"'
   printf '\033SWX%s:%d\0' "$__sf_nonce" "$?"
 done
 """
+
+
+SUPERVISOR = supervisor()
 SUPERVISOR_ARGV = ["/bin/bash", "--noprofile", "--norc", "-c", 'eval "$__SF_SUPERVISOR"']
 
 # Run beside the shell on a timeout. $1: "cmd" (kill what the command started; the shell too if
@@ -155,9 +162,12 @@ class SupervisedShell(Sandbox):
     def _restart(self) -> int:
         """After StreamEnded: bring the supervisor back (or raise SandboxCrashError); its code."""
 
-    @abstractmethod
     def _run_beside(self, argv: list[str]) -> tuple[int, bytes]:
-        """Run ``argv`` inside next to the shell: (exit code, stdout); SandboxCrashError if not."""
+        """Run ``argv`` inside next to the shell: (exit code, stdout); SandboxCrashError if not.
+
+        What :meth:`_kill_command` runs KILL_SCRIPT with; a backend that overrides that (it sees
+        the sandbox's processes from the host) needs no other process inside."""
+        raise NotImplementedError
 
     @abstractmethod
     def _kill_all(self) -> None:
@@ -268,11 +278,22 @@ class SupervisedShell(Sandbox):
     def _kill_command(self, tick: int, mode: str) -> tuple[int, bool]:
         """Kill what the timed-out command started (or the shell): (processes killed, shell?).
 
+        ``mode`` "cmd": the processes started at ``tick`` or later, the shell too if that was
+        none; "shell": the shell.
+
         When that script cannot even start (a fork bomb holds every pid there is), the backend's
         last resort runs instead, which brings a new shell with cwd and exports reset.
         """
-        argv = ["/bin/bash", "-c", KILL_SCRIPT, "kill", mode, str(tick), str(now_ticks()),
-                self.supervisor_pid]  # fmt: skip
+        argv = [
+            "/bin/bash",
+            "-c",
+            KILL_SCRIPT,
+            "kill",
+            mode,
+            str(tick),
+            str(now_ticks()),
+            self.supervisor_pid,
+        ]
         try:
             code, out = self._run_beside(argv)
         except SandboxCrashError:

@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from sweflow.errors import SweflowError
+from sweflow.progress import Progress
 from sweflow.sandbox.procs import group_members, kill_group, shared_memory_of
 from sweflow.serving.reaper import reap_with_starter, stop_reaper
 
@@ -90,8 +91,9 @@ def vllm_installed(python: str | None = None) -> bool:
     vLLM; asked once per process (it starts that interpreter)."""
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
     try:
-        done = subprocess.run([python or serving_python(), "-c", probe], capture_output=True,
-                              timeout=120, check=False)  # fmt: skip
+        done = subprocess.run(
+            [python or serving_python(), "-c", probe], capture_output=True, timeout=120, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -165,7 +167,9 @@ def stop(proc: subprocess.Popen, grace_s: float = 30.0, *, at_once: bool = False
 
 
 @contextlib.contextmanager
-def vllm_server(cfg: ServeConfig, log_path: Path, progress=None) -> Iterator[ServeConfig]:
+def vllm_server(
+    cfg: ServeConfig, log_path: Path, progress: Progress | None = None
+) -> Iterator[ServeConfig]:
     """Run vLLM while the block runs; yields the config (``base_url``, ``name``)."""
     if not (cfg.model / "config.json").is_file():
         raise ServeError(f"{cfg.model} is not a Hugging Face model folder (no config.json)")

@@ -26,7 +26,7 @@ from sweflow.synth.operators import OPERATORS, apply_site, find_sites
 from sweflow.synth.tasks import test_file_of
 from sweflow.synth.testrun import SuiteRun, run_suite
 
-Outcome = Literal[
+CandidateOutcome = Literal[
     "valid", "no_change", "compile_error", "duplicate", "timeout", "tests_pass", "no_p2p"
 ]
 # Files that are tests or packaging, never the code under test.
@@ -55,7 +55,7 @@ class CandidateResult:
     operator: str
     site: int
     line: int
-    outcome: Outcome
+    outcome: CandidateOutcome
     code_digest: str = ""
     seconds: float = 0.0
     fail_to_pass: list[str] = field(default_factory=list)
@@ -123,11 +123,16 @@ class Mutator:
         )
 
 
-def new_result(candidate: Candidate, outcome: Outcome, **kw) -> CandidateResult:
+def new_result(candidate: Candidate, outcome: CandidateOutcome, **kw) -> CandidateResult:
     return CandidateResult(
-        candidate.key, candidate.file, candidate.operator, candidate.site, candidate.line,
-        outcome, **kw,
-    )  # fmt: skip
+        candidate.key,
+        candidate.file,
+        candidate.operator,
+        candidate.site,
+        candidate.line,
+        outcome,
+        **kw,
+    )
 
 
 def code_digest(file: str, code: str) -> str:
@@ -193,22 +198,22 @@ class CandidateWork:
 
     def __call__(self, item: tuple[Candidate, str], out: Path, node: Node) -> CandidateResult:
         candidate, code = item
-        builder, built = self.build.ensure(self.clean, node)
-        if built.status == "error":
-            raise SweflowError(
-                f"{self.clean.instance_id}: the clean environment did not build on node "
-                f"{node.name}: {built.error}"
+        with self.build.ensured(self.clean, node) as (builder, built):
+            if built.status == "error":
+                raise SweflowError(
+                    f"{self.clean.instance_id}: the clean environment did not build on node "
+                    f"{node.name}: {built.error}"
+                )
+            return run_candidate(
+                candidate,
+                code,
+                sandbox_spec=builder.sandbox_spec(self.clean.instance_id),
+                spec=self.spec,
+                baseline=self.baseline,
+                timeout=self.timeout,
+                max_fail_fraction=self.max_fail_fraction,
+                log_dir=out,
             )
-        return run_candidate(
-            candidate,
-            code,
-            sandbox_spec=builder.sandbox_spec(self.clean.instance_id),
-            spec=self.spec,
-            baseline=self.baseline,
-            timeout=self.timeout,
-            max_fail_fraction=self.max_fail_fraction,
-            log_dir=out,
-        )
 
 
 def judge(
@@ -234,7 +239,7 @@ def judge(
     files = {test_file_of(t) for t in f2p}
     p2p = sorted(t for t in baseline.passing & now_passing if test_file_of(t) in files)
     messages = {t: run.messages[t] for t in f2p if t in run.messages}
-    outcome: Outcome = "valid" if p2p else "no_p2p"
+    outcome: CandidateOutcome = "valid" if p2p else "no_p2p"
     return new_result(
         candidate,
         outcome,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from sweflow.configfile import read_yaml_mapping, validate_model
+from sweflow.configfile import ConfigModel, read_yaml_mapping, validate_model
 from sweflow.errors import SweflowError
 from sweflow.harness.specs import EnvSpec
 from sweflow.synth.operators import OPERATORS
@@ -35,9 +35,7 @@ class SynthConfigError(SweflowError):
     """A recipe that cannot be used; the message names the file and field."""
 
 
-class SourceConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SourceConfig(ConfigModel):
     source: str = Field(description="pypi:NAME==VERSION or a local git repository")
     repo: str | None = Field(None, description='dataset "owner/name" (default pypi/NAME)')
     version: str | None = Field(None, description="spec version key (default: the release)")
@@ -48,19 +46,15 @@ class SourceConfig(BaseModel):
         return EnvSpec(**{**DEFAULT_SPEC, **self.spec})
 
 
-class SplitConfig(BaseModel):
+class SplitConfig(ConfigModel):
     """Which repositories a learning set holds out: written as ``split.json`` beside the
     dataset, in the pipeline's ``split`` form (``{"by": "repo", "eval": [...]}``)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     by: Literal["repo"] = "repo"
     eval: list[str] = Field(min_length=1, description='held-out repos ("owner/name")')
 
 
-class SynthConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SynthConfig(ConfigModel):
     sources: list[SourceConfig] = Field(min_length=1)
     out: Path = Field(description="the dataset JSONL; specs.yaml and repos/ go beside it")
     seed: int = 0

@@ -31,9 +31,17 @@ MAX_CHARS = 1500
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Assign | ast.AnnAssign
 # what pytest (never ``debug()`` or a plain call) runs around a test method
 PYTEST_SET_UP = frozenset(
-    {"setup_method", "teardown_method", "setup_class", "teardown_class", "setup", "teardown",
-     "setUpClass", "tearDownClass"}
-)  # fmt: skip
+    {
+        "setup_method",
+        "teardown_method",
+        "setup_class",
+        "teardown_class",
+        "setup",
+        "teardown",
+        "setUpClass",
+        "tearDownClass",
+    }
+)
 UNITTEST_SET_UP = ("setUp", "tearDown")  # what ``debug()`` runs around a test method
 
 
@@ -112,8 +120,13 @@ def _method(module: ast.Module, source: str, owner: str, name: str) -> Runnable 
     if not header:  # a class on one line
         return None
     body = [m for m in case.body if m in kept]
-    node = ast.ClassDef(name=case.name, bases=case.bases, keywords=case.keywords,
-                        body=body or [ast.Pass()], decorator_list=[])  # fmt: skip
+    node = ast.ClassDef(
+        name=case.name,
+        bases=case.bases,
+        keywords=case.keywords,
+        body=body or [ast.Pass()],
+        decorator_list=[],
+    )
     text = header + "\n" + ("\n\n".join(_segment(source, m) for m in body) or "    pass")
     call = f'{owner}("{name}").debug()' if testcase else f"{owner}().{name}()"
     return Runnable(node, text, call)

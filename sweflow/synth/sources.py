@@ -128,12 +128,22 @@ def fetch_sdist(name: str, version: str, dest: Path) -> Path:
         return found
     done = subprocess.run(
         [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-            "--disable-pip-version-check", "-q", "-d", str(dest), f"{name}=={version}",
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            str(dest),
+            f"{name}=={version}",
         ],
         capture_output=True,
         text=True,
-    )  # fmt: skip
+    )
     found = _find_sdist(dest, name, version)
     if done.returncode != 0 or found is None:
         tail = "\n".join(done.stderr.strip().splitlines()[-5:])

@@ -19,7 +19,6 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from sweflow.envcache.builder import BuildOptions, EnvBuilder
 from sweflow.errors import SweflowError
 from sweflow.harness.specs import EnvSpec, SpecTable
 from sweflow.instances import Instance, write_jsonl
+from sweflow.progress import Progress, no_progress
 from sweflow.sandbox import open_sandbox
 from sweflow.synth.candidates import (
     Baseline,
@@ -80,16 +80,13 @@ class SourceReport:
         self.per_operator.setdefault(result.operator, Counter())[result.outcome] += 1
 
 
-Progress = Callable[[str, int, int], None]  # (what, done, total)
-
-
 @dataclass
 class Synthesizer:
     config: SynthConfig
     work: Path
     wheelhouse: Path | None = None
     network: bool = True
-    progress: Progress = lambda _what, _done, _total: None  # noqa: E731
+    progress: Progress = no_progress
     executor: Executor | None = None  # where candidates and final checks run (default: here)
 
     def __post_init__(self) -> None:
@@ -159,8 +156,14 @@ class Synthesizer:
             candidates = candidates[: self.config.max_candidates]
         max_tasks = source_config.max_tasks or self.config.max_tasks
         timeout = max(MIN_TIMEOUT_S, self.config.timeout_factor * baseline.seconds)
-        work = CandidateWork(clean, BuildWork(table, self.builder_options), spec, baseline,
-                             timeout, self.config.max_fail_fraction)  # fmt: skip
+        work = CandidateWork(
+            clean,
+            BuildWork(table, self.builder_options),
+            spec,
+            baseline,
+            timeout,
+            self.config.max_fail_fraction,
+        )
         results = self._try_all(source.text, repo, candidates, max_tasks, work)
         bugs = []
         mutator = Mutator(repo.root)

@@ -3,7 +3,9 @@
 The task's ``base_commit`` holds the bug and lacks the test files that contain its
 FAIL_TO_PASS tests (the agent must not read the answer key); ``test_patch`` restores those files
 and ``patch`` (the gold fix) reverts the bug. Commits are written with git plumbing through a
-throwaway index, so many tasks can be made at once and the work tree is never touched.
+throwaway index, so many tasks can be made at once and the work tree is never touched. Every
+task commit has the same message (``TASK_MESSAGE``): /testbed is an export of that one commit
+(``envcache.repos.export_commit``), so its message is all of the history an agent can read.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import tempfile
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from pathlib import Path
 
 from sweflow.harness.evalscript import DEFAULT_EVAL_TYPE, DEFAULT_LOG_PARSER, make_eval_script
 from sweflow.harness.specs import EnvSpec
@@ -28,6 +31,9 @@ STATEMENT_TESTS = 5  # failing tests quoted in a problem statement
 # pytest shortens a long repr in the middle, so an address can also end one with its 0x cut off
 # ("[(<test_itert...fd60a4c0250>)]").
 _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{4,}\b|(?<=\.\.\.)[0-9a-fA-F]{4,}(?=>)")
+# The message of every task commit: `git log` and `git show` in /testbed print it, so it says
+# nothing of the bug (it said "Synthesized bug: change_constant in toolz/itertoolz.py:144").
+TASK_MESSAGE = "Snapshot of the project"
 
 
 @dataclass(frozen=True)
@@ -174,12 +180,25 @@ def _commit_bug(repo: SourceRepo, bug: Bug, hidden: list[str]) -> str:
         git(root, "update-index", "--cacheinfo", f"{mode},{blob},{bug.file}", env=env)
         git(root, "update-index", "--force-remove", "--", *hidden, env=env)
         tree = git(root, "write-tree", env=env).strip()
-    message = f"Synthesized bug: {bug.operator} in {bug.file}:{bug.line}"
-    return git(root, "commit-tree", tree, "-p", repo.base_commit, "-m", message).strip()
+    return commit_task_tree(root, tree, repo.base_commit)
+
+
+def commit_task_tree(root: Path, tree: str, parent: str) -> str:
+    """The task commit of ``tree`` on the clean ``parent``: ``TASK_MESSAGE``, and the fixed
+    identity and date of ``sources.git``, so that a tree gives the same commit id everywhere."""
+    return git(root, "commit-tree", tree, "-p", parent, "-m", TASK_MESSAGE).strip()
 
 
 def _diff(repo: SourceRepo, old: str, new: str, paths: list[str]) -> str:
     return git(
-        repo.root, "-c", "color.ui=false", "diff", "--no-ext-diff", "--no-renames",
-        old, new, "--", *paths,
-    )  # fmt: skip
+        repo.root,
+        "-c",
+        "color.ui=false",
+        "diff",
+        "--no-ext-diff",
+        "--no-renames",
+        old,
+        new,
+        "--",
+        *paths,
+    )

@@ -133,13 +133,13 @@ class ChatEncoder:
             if message.get("role") != "assistant":
                 continue
             prefix = self.render(messages[:i], tools, prompt=True)
-            through = self.render(messages[: i + 1], tools, prompt=False)
-            if not (text.startswith(prefix) and text.startswith(through)):
+            if not text.startswith(prefix):
                 raise DriftError(f"the chat template renders turn {i} differently in context")
+            end = self._end_in_context(text, prefix, messages[: i + 1], tools)
             if message.get("weight", 1):
-                spans.append((len(prefix), self._turn_end(through, len(prefix))))
+                spans.append((len(prefix), end))
             prompts.append(prefix)
-            self._check_actions(message, through[len(prefix) :], i)
+            self._check_actions(message, text[len(prefix) : end], i)
         encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         tokens, offsets = encoding["input_ids"], encoding["offset_mapping"]
         trained = [any(a <= s and e <= b for a, b in spans) for s, e in offsets]
@@ -164,8 +164,11 @@ class ChatEncoder:
             arguments = _parsed_arguments(call)["function"].get("arguments")
             values = arguments.values() if isinstance(arguments, dict) else [arguments]
             shown = [str(function.get("name", ""))]  # and the values no template escapes
-            shown += [v for v in values if isinstance(v, str) and v and v.isprintable()
-                      and not set(v) & set("\"'\\<>&")]  # fmt: skip
+            shown += [
+                v
+                for v in values
+                if isinstance(v, str) and v and v.isprintable() and not set(v) & set("\"'\\<>&")
+            ]
             if not all(value in rendered for value in shown):
                 raise ActionsLostError(
                     f"{self.model}: the chat template drops the tool calls of assistant turn "
@@ -188,6 +191,21 @@ class ChatEncoder:
         if not following.startswith(rendered[:end]):
             raise DriftError("the chat template renders the assistant turn differently in context")
         return following[end:] if ended else following[eos_at:]
+
+    def _end_in_context(
+        self, text: str, prefix: str, through: Messages, tools: Messages | None
+    ) -> int:
+        """Where an assistant turn that starts after ``prefix`` ends in the whole conversation:
+        at its first end-of-turn token. The turn is taken as the conversation renders it, not
+        as it renders when last: Qwen3's template gives the last assistant turn an empty
+        ``<think></think>`` block that it drops once more turns follow, and the prompt of the
+        next turn (checked against ``text`` too) is what the model is sent after this one."""
+        if self.end_of_turn and (at := text.find(self.end_of_turn, len(prefix))) >= 0:
+            return at + len(self.end_of_turn)
+        rendered = self.render(through, tools, prompt=False)
+        if not text.startswith(rendered):
+            raise DriftError("the chat template renders an assistant turn differently in context")
+        return self._turn_end(rendered, len(prefix))
 
     def _turn_end(self, through: str, start: int) -> int:
         """Where the assistant turn's emitted text ends: after its end-of-turn token, before the

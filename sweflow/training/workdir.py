@@ -48,6 +48,24 @@ def folder_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def content_digest(folder: Path) -> str:
+    """A model folder's identity wherever it was made: every file by its bytes, JSON files
+    without the ``transformers_version`` stamp a save writes (it says which library wrote the
+    file, not what the model does). For caches that outlive a checkout (committed figures of a
+    model), where :func:`folder_digest`'s mtimes would differ on every fresh clone."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+        digest.update(path.name.encode() + b"\0")
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+            if isinstance(data, dict):
+                data.pop("transformers_version", None)
+            digest.update(json.dumps(data, sort_keys=True).encode())
+        else:
+            digest.update(file_digest(path).encode())
+    return digest.hexdigest()
+
+
 def last_attempt(folder: Path) -> str | None:
     """The inputs digest of the attempt that last wrote ``folder`` (None: no attempt yet)."""
     record = folder / ATTEMPT

@@ -35,8 +35,9 @@ def main(folder: Path, url: str, name: str) -> dict:
     dataset = RLHFDataset(str(folder / "train.parquet"), tokenizer, config.data)
     loader = DataLoader(dataset, batch_size=config.data.train_batch_size, collate_fn=collate_fn)
     batch = DataProto.from_single_dict(next(iter(loader)))
-    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))],
-                                             dtype=object)  # fmt: skip
+    batch.non_tensor_batch["uid"] = np.array(
+        [str(uuid.uuid4()) for _ in range(len(batch))], dtype=object
+    )
     gen_batch = RayPPOTrainer._get_gen_batch(None, batch)  # the trainer's own, self unused
     n = config.actor_rollout_ref.rollout.n
     gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
@@ -50,8 +51,9 @@ def main(folder: Path, url: str, name: str) -> dict:
     batch = batch.repeat(repeat_times=n, interleave=True).union(output)
     rewards, extra = extract_reward(batch)
     batch.batch["token_level_scores"] = batch.batch["token_level_rewards"] = rewards
-    batch = compute_advantage(batch, adv_estimator=config.algorithm.adv_estimator, num_repeat=n,
-                              config=config.algorithm)  # fmt: skip
+    batch = compute_advantage(
+        batch, adv_estimator=config.algorithm.adv_estimator, num_repeat=n, config=config.algorithm
+    )
     mask = batch.batch["response_mask"]
     prompt = batch.batch["prompts"][0]
     width = len(prompt)

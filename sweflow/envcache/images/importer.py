@@ -23,7 +23,6 @@ per store however many images, or imports, contain it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,19 +34,18 @@ from sweflow.envcache.images.manifests import (
     read_docker_save,
     read_oci,
 )
-from sweflow.envcache.images.registry import Registry
+from sweflow.envcache.images.registry import RegistrySource
 from sweflow.envcache.images.sources import (
     Archive,
     ImageImportError,
+    ImageSource,
     LayerBlob,
-    Source,
     SourceImage,
 )
 from sweflow.envcache.records import Layer
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.storefiles import flocked
-
-Progress = Callable[[str], None]
+from sweflow.progress import Progress
 
 PREFIXES = ("docker-archive:", "oci:", "registry:")
 REF_PREFIX = "image-layer-"  # <store>/refs/image-layer-<diff_id hex> holds the store digest
@@ -90,7 +88,7 @@ def import_image(
             "or registry:[HOST/]REPO[:TAG|@DIGEST]"
         )
     if kind == "registry":
-        with Registry.open(rest) as registry:
+        with RegistrySource.open(rest) as registry:
             return _import(store, registry, image_of(registry, registry.top()), name, progress)
     path, ref = split_path_ref(rest)
     with Archive.open(path) as archive:
@@ -108,7 +106,7 @@ def split_path_ref(text: str) -> tuple[Path, str | None]:
 
 
 def _import(
-    store: LayerStore, source: Source, image: SourceImage, name: str, progress: Progress | None
+    store: LayerStore, source: ImageSource, image: SourceImage, name: str, progress: Progress | None
 ) -> ImportedImage:
     missing = [blob.path for blob in image.layers if not source.has(blob.path)]
     if missing:  # before any extraction: an incomplete archive leaves nothing behind
@@ -144,7 +142,7 @@ def _import(
 
 
 def _import_layer(
-    store: LayerStore, source: Source, blob: LayerBlob, refs: Path
+    store: LayerStore, source: ImageSource, blob: LayerBlob, refs: Path
 ) -> tuple[Layer, bool]:
     """The store layer of ``blob``: the one its ref names, or extracted and committed now.
 

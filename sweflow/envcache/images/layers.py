@@ -25,7 +25,7 @@ import zlib
 from pathlib import Path
 from typing import IO, Any
 
-from sweflow.envcache.images.sources import CHUNK, ImageImportError, LayerBlob, Source
+from sweflow.envcache.images.sources import CHUNK, ImageImportError, ImageSource, LayerBlob
 from sweflow.sandbox.layertar import OPAQUE_XATTRS
 from sweflow.sandbox.tarfiles import (
     UnsafeArchiveError,
@@ -44,7 +44,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-def extract_checked(source: Source, blob: LayerBlob, upper: Path) -> None:
+def extract_checked(source: ImageSource, blob: LayerBlob, upper: Path) -> None:
     """Extract ``blob`` into ``upper``, checking its digests as it streams."""
     where = f"{source.where}: layer {blob.path}"
     with source.open_blob(blob.path) as raw:

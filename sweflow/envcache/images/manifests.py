@@ -21,8 +21,8 @@ from sweflow.envcache.images.sources import (
     DIGEST,
     Archive,
     ImageImportError,
+    ImageSource,
     LayerBlob,
-    Source,
     SourceImage,
     oci_blob,
 )
@@ -103,7 +103,7 @@ def read_oci(archive: Archive, ref: str | None) -> SourceImage:
     return image_of(archive, _choose(archive, entries, ref, oci_names))
 
 
-def image_of(source: Source, desc: dict[str, Any]) -> SourceImage:
+def image_of(source: ImageSource, desc: dict[str, Any]) -> SourceImage:
     """The image behind the manifest (or index) descriptor ``desc``: config and layer blobs."""
     manifest = _descend(source, desc)
     config_desc = manifest.get("config") or {}
@@ -129,7 +129,7 @@ def image_of(source: Source, desc: dict[str, Any]) -> SourceImage:
     return SourceImage(config, config_digest, layers)
 
 
-def _descend(source: Source, desc: dict[str, Any]) -> dict[str, Any]:
+def _descend(source: ImageSource, desc: dict[str, Any]) -> dict[str, Any]:
     """The image manifest behind ``desc``, through image indexes (the host's platform)."""
     for _ in range(8):  # indexes nest rarely, and never this deep
         digest = _checked_digest(source, desc)
@@ -148,7 +148,7 @@ def _descend(source: Source, desc: dict[str, Any]) -> dict[str, Any]:
     raise ImageImportError(f"{source.where}: image indexes nest too deep under {desc}")
 
 
-def list_manifests(source: Source, index: Any, where: str) -> list[dict[str, Any]]:
+def list_manifests(source: ImageSource, index: Any, where: str) -> list[dict[str, Any]]:
     """The manifest descriptors an image index (or a layout's index.json) lists."""
     entries = index.get("manifests") if isinstance(index, dict) else None
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
@@ -172,7 +172,7 @@ def _platform(desc: dict[str, Any]) -> str:
     return f"{found.get('os', '?')}/{found.get('architecture', '?')}"
 
 
-def _checked_digest(source: Source, desc: dict[str, Any]) -> str:
+def _checked_digest(source: ImageSource, desc: dict[str, Any]) -> str:
     digest = desc.get("digest")
     if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
         raise ImageImportError(
@@ -199,7 +199,7 @@ def archive_names(archive: Archive) -> tuple[str, list[str]]:
 
 
 def _choose(
-    source: Source,
+    source: ImageSource,
     entries: list[dict[str, Any]],
     ref: str | None,
     names: Callable[[dict[str, Any]], list[str]],
@@ -233,7 +233,7 @@ def name_forms(name: str) -> set[str]:
     return forms | {form.removesuffix(":latest") for form in forms}
 
 
-def _config(source: Source, name: str, digest: str | None) -> dict[str, Any]:
+def _config(source: ImageSource, name: str, digest: str | None) -> dict[str, Any]:
     if not name:
         raise ImageImportError(f"{source.where}: the image names no config")
     config = source.read_json(name, digest)
@@ -242,7 +242,7 @@ def _config(source: Source, name: str, digest: str | None) -> dict[str, Any]:
     return config
 
 
-def _diff_ids(source: Source, config: dict[str, Any], count: int) -> list[str]:
+def _diff_ids(source: ImageSource, config: dict[str, Any], count: int) -> list[str]:
     """The config's uncompressed layer digests, one per layer blob, each a sha256."""
     diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
     if len(diff_ids) != count:

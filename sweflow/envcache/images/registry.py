@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
 from sweflow.envcache.images.manifests import MANIFEST_ACCEPT
-from sweflow.envcache.images.sources import CHUNK, DIGEST, ImageImportError, Source, parse_json
+from sweflow.envcache.images.sources import CHUNK, DIGEST, ImageImportError, ImageSource, parse_json
 from sweflow.sandbox.tarfiles import ChunkReader
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ _REPOSITORY = re.compile(
 )
 
 
-class Registry(Source):
+class RegistrySource(ImageSource):
     """A repository read over the registry v2 HTTP API, anonymously: a 401 with a Bearer
     challenge is answered with a token from the challenge's realm (Docker Hub's, ghcr.io's flow).
     Blobs stream and are checked like an archive's."""
@@ -46,7 +46,7 @@ class Registry(Source):
 
     @classmethod
     @contextmanager
-    def open(cls, reference: str) -> Iterator[Registry]:
+    def open(cls, reference: str) -> Iterator[RegistrySource]:
         import httpx  # only registry references need it
 
         with httpx.Client(follow_redirects=True, timeout=_HTTP_TIMEOUT_S) as client:

@@ -1,9 +1,10 @@
 """Where an image's files come from: an archive read in place (a tar, or a directory), by name.
 
-Every reader asks a ``Source`` for named files (``manifest.json``, ``blobs/sha256/<hex>``) and
-checks what it reads against the digest that names it; a registry (``registry.Registry``) is
-one more ``Source``. An archive is never unpacked: a member is streamed when it is read, and a
-name a manifest gives is refused if absolute, climbing, or (in a directory) a link out of it.
+Every reader asks an ``ImageSource`` for named files (``manifest.json``,
+``blobs/sha256/<hex>``) and checks what it reads against the digest that names it; a registry
+(``registry.RegistrySource``) is one more ``ImageSource``. An archive is never unpacked: a
+member is streamed when it is read, and a name a manifest gives is refused if absolute,
+climbing, or (in a directory) a link out of it.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class SourceImage:
     layers: list[LayerBlob]
 
 
-class Source:
+class ImageSource:
     """Where an image's files come from, by name (``blobs/sha256/<hex>`` for content)."""
 
     where: str  # for messages: the archive's path, the registry reference
@@ -80,7 +81,7 @@ def parse_json(where: str, name: str, data: bytes) -> Any:
         raise ImageImportError(f"{where}: {name} is not valid JSON: {exc}") from exc
 
 
-class Archive(Source):
+class Archive(ImageSource):
     """The named files of an image archive, a tar read in place or a directory."""
 
     def __init__(self, path: Path, tar: tarfile.TarFile | None) -> None:

@@ -16,20 +16,18 @@ from typing import TYPE_CHECKING
 
 from sweflow.errors import SweflowError
 from sweflow.pipeline.registry import BY_NAME
+from sweflow.pipeline.sections import EVAL_PART
+from sweflow.progress import Progress, no_progress
 from sweflow.training.workdir import file_digest
 
 if TYPE_CHECKING:
     from sweflow.cluster.base import Executor
     from sweflow.envcache.builder import EnvBuilder
+    from sweflow.envcache.dataset import Dataset
     from sweflow.instances import Instance
     from sweflow.pipeline.config import PipelineConfig
     from sweflow.pipeline.model_servers import ModelServers
-
-Progress = Callable[[int, int, str], None]  # (done, total, what)
-
-
-def no_progress(done: int, total: int, what: str) -> None:
-    """The progress callback of a stage run without anyone watching."""
+    from sweflow.tracking import TrackingRun
 
 
 class StageError(SweflowError):
@@ -39,12 +37,30 @@ class StageError(SweflowError):
 @dataclass
 class StageContext:
     """What a stage runs with: the config, its upstream stages' results, a progress callback,
-    and the run's model servers (for stages that talk to a served model)."""
+    the run's model servers (for stages that talk to a served model), the config's dataset
+    (read the first time a stage asks, once per stage: stages may run in other processes) and
+    the pipeline run's tracking run (opened the first time a stage asks, once per stage)."""
 
     config: PipelineConfig
     upstream: dict[str, dict] = field(default_factory=dict)
     progress: Progress = no_progress
     models: ModelServers | None = None
+    loaded: Dataset | None = None
+    tracked: TrackingRun | None = None
+
+    def dataset(self) -> Dataset:
+        if self.loaded is None:
+            self.loaded = self.config.dataset.load()
+        return self.loaded
+
+    def tracking(self) -> TrackingRun | None:
+        """The run the stage reports to (config ``tracking``), or None when none is set."""
+        if self.tracked is None:
+            from sweflow.tracking import open_tracking
+
+            tracking = self.config.tracking
+            self.tracked = open_tracking(tracking, self.config.name, self.config.run_dir)
+        return self.tracked
 
     def model_servers(self) -> ModelServers:
         if self.models is None:
@@ -90,19 +106,32 @@ def stage_inputs(config: PipelineConfig, stage: str, upstream: list[dict]) -> di
         "code": [file_digest(spec.source_file()), file_digest(Path(__file__))],
     }
     if "dataset" in spec.reads:
-        inputs["dataset"] = file_digest(config.dataset.path)
-        inputs["specs"] = file_digest(config.dataset.specs_path())
+        inputs["dataset"] = data_digest(config.dataset.path)
+        inputs["specs"] = data_digest(config.dataset.specs_path())
+        if config.dataset.eval is not None:
+            inputs["eval_dataset"] = data_digest(config.dataset.eval.path)
     inputs.update(spec.extra_inputs(config))
     return inputs
 
 
-def load_tasks(config: PipelineConfig, path: Path | None = None) -> list[Instance]:
-    """The dataset (or an earlier stage's output), narrowed by ``instances`` and ``limit``."""
+def data_digest(path: Path) -> str:
+    """A dataset's identity for cache keys: a file's bytes; a Hub id's text and its cached
+    snapshot's commit (a folder by its name: the built-in specs, a saved dataset)."""
+    if path.is_file():
+        return file_digest(path)
+    from sweflow.instances.hub import cached_snapshot, parse_hub_name
+
+    hub = None if path.exists() else parse_hub_name(str(path))
+    snapshot = cached_snapshot(hub) if hub else None
+    return json_digest([str(path), snapshot.name if snapshot else None])
+
+
+def load_tasks(config: PipelineConfig, path: Path) -> list[Instance]:
+    """An earlier stage's rows (``path``), narrowed like the dataset: ``instances``, ``limit``."""
     from sweflow.instances import load_instances
 
     section = config.dataset
-    result = load_instances(path or section.path, instances=section.instances)
-    instances = result.raise_for_errors()
+    instances = load_instances(path, instances=section.instances).raise_for_errors()
     return instances[: section.limit] if section.limit else instances
 
 
@@ -114,6 +143,12 @@ def split_tasks(config: PipelineConfig, rows: list[Instance]) -> dict[str, list[
     key = (lambda row: row.repo) if split.by == "repo" else (lambda row: row.instance_id)
     if split.by == "none":
         parts = {"train": rows, "eval": rows}
+    elif split.by == "dataset":  # dataset.eval's rows evaluate, the dataset's own train
+        marked = [bool((row.model_extra or {}).get(EVAL_PART)) for row in rows]
+        parts = {
+            "train": [row for row, held_out in zip(rows, marked, strict=True) if not held_out],
+            "eval": [row for row, held_out in zip(rows, marked, strict=True) if held_out],
+        }
     else:
         if unknown := held - {key(row) for row in rows}:
             what = "repositories" if split.by == "repo" else "instance ids"
@@ -133,17 +168,13 @@ def split_tasks(config: PipelineConfig, rows: list[Instance]) -> dict[str, list[
     return parts
 
 
-def make_builder(config: PipelineConfig) -> EnvBuilder:
-    """The builder of the run's store for the config's dataset, with its ``envs`` options."""
-    from sweflow.envcache.dataset import dataset_builder
-
-    data, envs = config.dataset, config.envs
-    return dataset_builder(
-        data.path,
+def make_builder(config: PipelineConfig, data: Dataset) -> EnvBuilder:
+    """The builder of the run's store for ``data`` (the config's), with its ``envs`` options."""
+    envs = config.envs
+    return data.builder(
         config.store(),
-        specs=data.specs,
-        mirror=data.repo_mirror,
         wheelhouse=envs.wheelhouse,
+        images=envs.images,
         max_workers=envs.max_workers,
         timeout_s=envs.timeout_s,
     )
@@ -153,7 +184,7 @@ def make_executor(config: PipelineConfig) -> Executor:
     """The executor the config names (``executor``), on the run's store, with its options."""
     from sweflow.cluster.executors import make_executor as make
 
-    return make(config.executor, config.store(), **config.executor_options())
+    return make(config.executor.name, config.store(), **config.executor.options())
 
 
 def bring_instances(config: PipelineConfig, instance_ids: list[str]) -> None:
@@ -190,6 +221,6 @@ def counter_progress(progress: Progress, total: int) -> Callable[[str], None]:
 
     def step(what: str) -> None:
         done[0] += 1
-        progress(done[0], total, what)
+        progress(what, done[0], total)
 
     return step

@@ -21,7 +21,6 @@ from sweflow.pipeline.stages.common import (
     file_digest,
     instance_step,
     json_digest,
-    load_tasks,
     make_builder,
     make_executor,
 )
@@ -30,8 +29,8 @@ from sweflow.pipeline.stages.common import (
 def build_envs(ctx: StageContext) -> StageResult:
     """Build every instance's layers (cached ones are found); fails only if none built."""
     config = ctx.config
-    tasks = load_tasks(config)
-    builder = make_builder(config)
+    tasks = ctx.dataset().rows
+    builder = make_builder(config, ctx.dataset())
     step = counter_progress(ctx.progress, len(tasks))
     keys = [t.instance_id for t in tasks]
     with contextlib.closing(make_executor(config)) as executor:
@@ -64,8 +63,8 @@ def build_envs(ctx: StageContext) -> StageResult:
 def validate_envs(ctx: StageContext) -> StageResult:
     """Check each built instance both ways; the valid ones become the stage's dataset."""
     config = ctx.config
-    tasks = load_tasks(config)
-    builder = make_builder(config)
+    tasks = ctx.dataset().rows
+    builder = make_builder(config, ctx.dataset())
     out = config.run_dir / "validate"
     step = counter_progress(ctx.progress, len(tasks))
     build = BuildWork(builder.specs, builder.options)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweflow.envcache.store import LayerStore
+from sweflow.instances import Instance
 from sweflow.pipeline.model_servers import ModelServers
 from sweflow.pipeline.stages.agents import split_rows
 from sweflow.pipeline.stages.common import (
@@ -19,8 +20,9 @@ from sweflow.pipeline.stages.common import (
 )
 from sweflow.serving import resolve_model
 from sweflow.training.rl.config import RLConfig
-from sweflow.training.rl.result import RLResult, StepRecord
+from sweflow.training.rl.result import RLResult, RLStepRecord
 from sweflow.training.rl.trainer import train
+from sweflow.training.rl.validation import pick
 from sweflow.training.workdir import folder_digest
 
 if TYPE_CHECKING:
@@ -52,47 +54,103 @@ def rl(ctx: StageContext) -> StageResult:
     reference, policy = policy_model(config, ctx.upstream)
     store = LayerStore(config.store())
     train_rows = split_rows(ctx, "train", None)
-    bring_instances(config, [row.instance_id for row in train_rows])
-    rows = []
-    for row in train_rows:
-        if store.read_manifest(row.instance_id) is None:
-            why = f"skipped {row.instance_id}: its environment is not built"
-            ctx.progress(0, settings.steps, why)
-        else:
-            rows.append(row)
+    val_rows = validation_rows(ctx, settings, train_rows)
+    bring_instances(config, [row.instance_id for row in train_rows + val_rows])
+    rows, val_rows = (
+        [row for row in part if built(ctx, store, row, settings.steps)]
+        for part in (train_rows, val_rows)
+    )
     if not rows:
         raise StageError(f"no train task has a built environment in {store.root}")
     work = config.run_dir / "rl"
     mode = ModelServers.tool_mode(config.model, config.agent, config.run_dir, policy)
 
-    def on_step(step: int, total: int, record: StepRecord) -> None:
+    def on_step(step: int, total: int, record: RLStepRecord) -> None:
         reward = "-" if record.mean_reward is None else f"{record.mean_reward:+.3f}"
-        ctx.progress(step, total, f"step {step}: reward {reward}, resolved "
-                     f"{record.resolve_rate:.0%}, valid actions {record.valid_action_rate:.0%}, "
-                     f"{record.refused} refused by the tamper guard, "
-                     f"{record.infra_failures} infra failures")  # fmt: skip
+        ctx.progress(
+            f"step {step}: reward {reward}, resolved "
+            f"{record.resolve_rate:.0%}, valid actions {record.valid_action_rate:.0%}, "
+            f"{record.refused} refused by the tamper guard, "
+            f"{record.infra_failures} infra failures",
+            step,
+            total,
+        )
 
     # the run's executor: trl's sandboxes and gradings on its nodes, verl on its Ray cluster
     with contextlib.closing(make_executor(config)) as executor:
-        if settings.ray_address is None:
-            settings = settings.model_copy(update={"ray_address": executor.ray_address})
-        result = train(rows, policy, work, work / "model", settings, store=config.store(),
-                       specs=config.dataset.specs_path(), agent=config.agent.agent_config(mode),
-                       backend=config.sandbox.backend, policy_name=reference,
-                       progress=on_step, executor=executor)  # fmt: skip
-    outputs = {"model": result.model, "metrics": str(work / "metrics.jsonl"),
-               "tensorboard": result.tensorboard, "curves": result.curves or ""}  # fmt: skip
+        if settings.verl.ray_address is None:
+            verl = settings.verl.model_copy(update={"ray_address": executor.ray_address})
+            settings = settings.model_copy(update={"verl": verl})
+        result = train(
+            rows,
+            policy,
+            work,
+            work / "model",
+            settings,
+            store=config.store(),
+            specs=ctx.dataset().specs,
+            agent=config.agent.agent_config(mode),
+            backend=config.sandbox.backend,
+            policy_name=reference,
+            progress=on_step,
+            executor=executor,
+            tracking=ctx.tracking(),
+            val_tasks=val_rows,
+        )
+    outputs = {
+        "model": result.model,
+        "metrics": str(work / "metrics.jsonl"),
+        "tensorboard": result.tensorboard,
+        "curves": result.curves or "",
+    }
     counts = {"tasks": result.tasks, "steps": result.steps}
+    if result.validation:
+        last = result.validation[-1]
+        counts |= {f"validation pass@{k}": v for k, v in last["pass_at"].items()}
     if result.infra_failures is not None:  # verl does not count them
         counts["infra_failures"] = result.infra_failures
     rows_out = [_row(record) for record in result.records]
     return StageResult("rl", result.inputs_digest, outputs, counts, rows_out, report(result))
 
 
+def validation_rows(ctx: StageContext, settings: RLConfig, train: list[Instance]) -> list:
+    """The tasks ``rl.validation`` names: the eval split (the default), the train split or
+    instance ids of the validated dataset."""
+    if settings.validation is None:
+        return []
+    if settings.validation.tasks == "eval":
+        return pick(settings.validation, train, [], split_rows(ctx, "eval", None))
+    everything = train + split_rows(ctx, "eval", None)
+    try:
+        return pick(settings.validation, train, everything)
+    except ValueError as exc:
+        raise StageError(str(exc)) from None
+
+
+def built(ctx: StageContext, store: LayerStore, row: Instance, steps: int) -> bool:
+    """Whether ``row``'s environment is in the store (a task without one is skipped, said so)."""
+    if store.read_manifest(row.instance_id) is not None:
+        return True
+    ctx.progress(f"skipped {row.instance_id}: its environment is not built", 0, steps)
+    return False
+
+
 def _row(record: dict) -> dict:
-    keys = ("step", "mean_reward", "resolve_rate", "valid_action_rate", "episode_turns",
-            "refused", "zero_spread_groups", "redrawn_groups", "infra_failures", "generation_s",
-            "env_s", "update_s", "loss")  # fmt: skip
+    keys = (
+        "step",
+        "mean_reward",
+        "resolve_rate",
+        "valid_action_rate",
+        "episode_turns",
+        "refused",
+        "zero_spread_groups",
+        "redrawn_groups",
+        "infra_failures",
+        "generation_s",
+        "env_s",
+        "update_s",
+        "loss",
+    )
     return {key: record.get(key) for key in keys}
 
 
@@ -100,21 +158,32 @@ def report(result: RLResult) -> str:
     """The stage's Markdown report: the reward over the steps and where the time went."""
     first, last = result.quarter_rewards()
     records = result.records
-    seconds = {key: sum(r[key] for r in records) for key in ("generation_s", "env_s", "update_s")
-               if all(r[key] is not None for r in records)}  # fmt: skip
+    seconds = {
+        key: sum(r[key] for r in records)
+        for key in ("generation_s", "env_s", "update_s")
+        if all(r[key] is not None for r in records)
+    }
     total = sum(seconds.values()) or 1.0
-    split = ", ".join(f"{key[:-2]} {value:.0f} s ({value / total:.0%})"
-                      for key, value in seconds.items())  # fmt: skip
+    split = ", ".join(
+        f"{key[:-2]} {value:.0f} s ({value / total:.0%})" for key, value in seconds.items()
+    )
     quarters = (
         f"mean reward {first:+.3f} in the first quarter of the steps, {last:+.3f} in the last"
         if first is not None and last is not None
         else "no step had a scored episode"
     )
-    dropped = "" if result.infra_failures is None else (
-        f"; {result.infra_failures} episodes dropped as infrastructure failures"
-    )  # fmt: skip
+    dropped = (
+        ""
+        if result.infra_failures is None
+        else (f"; {result.infra_failures} episodes dropped as infrastructure failures")
+    )
+    measured = "; ".join(
+        f"step {row['step']}: " + ", ".join(f"pass@{k} {v:.0%}" for k, v in row["pass_at"].items())
+        for row in result.validation
+    )
+    validated = f"\n\nValidation (current policy): {measured}." if measured else ""
     return (
         f"Trained `{result.base_model}` with GRPO ({result.backend}) for {result.steps} steps on "
-        f"{result.tasks} train tasks: {quarters}{dropped}.\n\nTime: {split}.\n\n"
+        f"{result.tasks} train tasks: {quarters}{dropped}.{validated}\n\nTime: {split}.\n\n"
         f"Curves: `{result.curves}` (TensorBoard: `{result.tensorboard}`)."
     )

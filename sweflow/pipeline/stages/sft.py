@@ -29,20 +29,36 @@ def base_model_digest(config: PipelineConfig) -> dict[str, str]:
 
 
 def sft(ctx: StageContext) -> StageResult:
-    """Fine-tune ``sft.model`` (default: ``model.source``) on collect's sft.jsonl."""
+    """Fine-tune ``sft.model`` (default: ``model.source``) on ``sft.data`` (default: collect's
+    sft.jsonl), every row in the agent's tool mode (``sft.tool_mode`` else ``agent.tool_mode``)."""
     config = ctx.config
-    data = Path(ctx.upstream["collect_trajectories"]["outputs"]["openai"])
+    collected = ctx.upstream.get("collect_trajectories")
+    data = Path(collected["outputs"]["openai"]) if collected else None
     reference, base = base_model(config)
     work = config.run_dir / "sft"
     settings = SFTConfig(**config.sft.model_dump())
+    settings = settings.model_copy(
+        update={"tool_mode": settings.tool_mode or config.agent.tool_mode}
+    )
 
     def on_step(step: int, total: int, metrics: dict) -> None:
-        ctx.progress(step, total, f"step {step}: loss {metrics['loss']:.4f}")
+        ctx.progress(f"step {step}: loss {metrics['loss']:.4f}", step, total)
 
-    result = train_sft(data, base, work, work / "model", settings, base_name=reference,
-                       progress=on_step)  # fmt: skip
+    result = train_sft(
+        data,
+        base,
+        work,
+        work / "model",
+        settings,
+        base_name=reference,
+        agent=config.agent,
+        progress=on_step,
+        tracking=ctx.tracking(),
+    )
     report = result.data
     counts = {
+        "rows converted": sum(s["converted"] for s in result.sources),
+        "rows refused": sum(s["refused"] + s["refused_rendering"] for s in result.sources),
         "examples": report["examples"],
         "heldout": report["heldout_examples"],
         "steps": result.steps,
@@ -52,8 +68,13 @@ def sft(ctx: StageContext) -> StageResult:
         "malformed lines": len(report["malformed"]),
     }
     rows = [{"step": i + 1, "loss": loss} for i, loss in enumerate(result.losses)]
-    outputs = {"model": result.model, "recipe": result.recipe_config,
-               "tensorboard": result.tensorboard, "loss_plot": result.loss_plot or ""}  # fmt: skip
+    outputs = {
+        "model": result.model,
+        "recipe": result.recipe_config,
+        "tensorboard": result.tensorboard,
+        "loss_plot": result.loss_plot or "",
+        "data_report": result.data_report,
+    }
     return StageResult("sft", result.inputs_digest, outputs, counts, rows, report_markdown(result))
 
 

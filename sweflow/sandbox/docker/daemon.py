@@ -86,14 +86,19 @@ def docker_daemon(data_root: Path | None = None) -> Iterator[str]:
         log_path = run_dir / "dockerd.log"
         argv = [
             exe,
-            "--host", host,
-            "--data-root", str(data),
-            "--exec-root", str(run_dir / "exec"),
-            "--pidfile", str(run_dir / "dockerd.pid"),
-            "--bridge", "none",
+            "--host",
+            host,
+            "--data-root",
+            str(data),
+            "--exec-root",
+            str(run_dir / "exec"),
+            "--pidfile",
+            str(run_dir / "dockerd.pid"),
+            "--bridge",
+            "none",
             "--iptables=false",
             "--ip-masq=false",
-        ]  # fmt: skip
+        ]
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -23,12 +23,13 @@ import platform
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweflow.paths import cache_root
+from sweflow.progress import Progress
 from sweflow.sandbox.errors import SandboxStartError
 from sweflow.sandbox.layertar import file_lock, layer_fingerprint, write_layer_tar
 
@@ -54,7 +55,7 @@ def image_tag(layers: list[Path]) -> str:
 
 
 def ensure_image(
-    client: docker.DockerClient, layers: list[Path], progress: Callable[[str], None] | None = None
+    client: docker.DockerClient, layers: list[Path], progress: Progress | None = None
 ) -> str:
     """The tag of the image of ``layers``, building the missing prefix images (never pulling)."""
     import docker.errors

@@ -7,9 +7,10 @@ jobs persist; a timeout runs the kill script as a second command; output is capp
 
 Where. The e2b SDK's settings: ``E2B_API_KEY`` and ``E2B_DOMAIN`` (Tencent AgentSandbox:
 ``<region>.tencentags.com``), or ``E2B_API_URL`` plus ``E2B_SANDBOX_URL`` for an endpoint such as
-``sweflow sandbox serve-e2b``. The template is ``spec.template``; without one, the spec's layers
-reach the cloud as :mod:`.environment` says (a template built per layer stack, an upload at
-every open, or the layer directories themselves for sweflow's own endpoint).
+``sweflow sandbox serve-e2b`` (``E2B_API_KEY`` then the key it printed). The template is
+``spec.template``; without one, the spec's layers reach the cloud as :mod:`.environment` says (a
+template built per layer stack, an upload at every open, or the layer directories themselves for
+sweflow's own endpoint).
 
 Limits. The cloud sets CPU and memory per template: a template built for a layer stack asks for
 the spec's ``cpus`` (rounded up) and ``memory_bytes``; a given template (``spec.template``, the
@@ -97,6 +98,11 @@ class E2BSandbox(SupervisedShell):
         spec = self.spec
         env = environment_for(spec)
         self._e2b = _sdk()
+        if not os.environ.get("E2B_API_KEY"):
+            raise SandboxConfigError(
+                "E2B_API_KEY is unset: the e2b backend sends the cloud's API key, or the key "
+                "`sweflow sandbox serve-e2b` printed"
+            )
         if env is None:
             template = spec.template or ""
         else:
@@ -155,17 +161,26 @@ class E2BSandbox(SupervisedShell):
     # -- the supervisor's stream ---------------------------------------------------------------
     def _start_supervisor(self) -> None:
         """Start the supervisor as a background command and pump its output into the queue."""
-        env = {**self.spec.shell_env(), **SHELL_ENV, "__SF_SUPERVISOR": SUPERVISOR,
-               "__SF_NONCE": self._nonce}  # fmt: skip
+        env = {
+            **self.spec.shell_env(),
+            **SHELL_ENV,
+            "__SF_SUPERVISOR": SUPERVISOR,
+            "__SF_NONCE": self._nonce,
+        }
         # the SDK starts `bash -l`, whose profile may reset PATH: put the spec's back, then exec
         start = f"export PATH={shlex.quote(env['PATH'])}; exec {shlex.join(SUPERVISOR_ARGV)}"
         self._chunks = queue.Queue()
         self._exits = ExitScanner(self._nonce)
         try:
             handle = self.sandbox.commands.run(
-                start, background=True, stdin=True, envs=env, cwd=self.spec.workdir,
-                timeout=0, retain_output=False,
-            )  # fmt: skip
+                start,
+                background=True,
+                stdin=True,
+                envs=env,
+                cwd=self.spec.workdir,
+                timeout=0,
+                retain_output=False,
+            )
         except Exception as exc:
             raise SandboxStartError(f"sandbox {self.id}: its shell did not start: {exc}") from exc
         self._supervisor = handle

@@ -1,4 +1,5 @@
-"""The container-free backend: user/mount/pid/net/ipc/uts namespaces, overlayfs, cgroups.
+"""The container-free backend: user/mount/pid/net/ipc/uts namespaces, overlayfs, cgroups; root
+inside is an unprivileged host identity (see the package docstring for the threat model).
 
 Opening a sandbox is one exec of a small C init (see nsinit.c) that mounts the layers and starts
 a persistent shell; every exec() afterwards is a pipe round trip to that shell. Closing it kills
@@ -7,7 +8,7 @@ the init, and the kernel takes every process and mount of the sandbox with it.
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import select
 import shutil
@@ -23,11 +24,11 @@ from pathlib import Path
 from sweflow.sandbox.base import TIMEOUT_EXIT_CODE, ExecResult, Sandbox
 from sweflow.sandbox.errors import SandboxConfigError, SandboxCrashError, SandboxStartError
 from sweflow.sandbox.leases import HeldLeases, hold_leases
-from sweflow.sandbox.local import fsaccess, hostroot
+from sweflow.sandbox.local import fsaccess, hostroot, ids
 from sweflow.sandbox.local.build import nsinit_path
 from sweflow.sandbox.local.cgroups import SandboxCgroups
 from sweflow.sandbox.local.pidns import host_pid_of, kill_started_since, started_since
-from sweflow.sandbox.local.state import OPEN_TIMEOUT_S, OWNER_FILE, state_dir
+from sweflow.sandbox.local.state import OPEN_TIMEOUT_S, registry, state_dir, write_owner
 from sweflow.sandbox.procs import now_ticks, start_ticks, stat_fields
 from sweflow.sandbox.shell import (
     SHELL_ARGV,
@@ -39,6 +40,8 @@ from sweflow.sandbox.spec import SandboxSpec
 
 SHELL_GRACE_S = 2.0  # after killing a timed-out command's processes, how long the shell may take
 READ_BATCH = 4 << 20  # most output read from the pipe before it goes to the collector
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class LocalSandbox(Sandbox):
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
         self.id = uuid.uuid4().hex[:16]
-        self.dir = state_dir() / self.id
+        self.dir = state_dir().absolute() / self.id
         self._lock = threading.Lock()  # one exec at a time
         self._close_lock = threading.Lock()
         self._closed = False
@@ -64,8 +67,10 @@ class LocalSandbox(Sandbox):
         self._ctl_buf = b""
         self._proc: subprocess.Popen[bytes] | None = None
         self._cgroups: SandboxCgroups | None = None
+        self._upper: Path | None = None  # with upper="disk"
         self._work_dir: Path | None = None
-        self._host_root = -1  # the fd holding the host-root view, when a layer is the host's /
+        self._registered = False
+        self.ids = ids.SandboxIds(os.getuid(), os.getgid(), 1)  # set by _start: its host identity
         self._leases = HeldLeases([])
         try:
             self._start()
@@ -93,29 +98,60 @@ class LocalSandbox(Sandbox):
         for layer in spec.layers:
             if not layer.is_dir():
                 raise SandboxConfigError(f"layer {layer} is not a directory")
+        if any(hostroot.is_host_root(layer) for layer in spec.layers):
+            hostroot.check_allowed()
         self.dir.mkdir(parents=True)
         (self.dir / "merged").mkdir()
+        (self.dir / "rw").mkdir()
+        if spec.upper == "disk":
+            assert spec.upper_dir is not None  # SandboxSpec checks it
+            self._upper = spec.upper_dir.resolve()
+            self._upper.mkdir(parents=True, exist_ok=True)
+            self._work_dir = self._upper.parent / f".{self._upper.name}.work-{self.id}"
+        owner = {
+            "owner_pid": os.getpid(),
+            "owner_start": start_ticks(os.getpid()),
+            "work_dir": str(self._work_dir) if self._work_dir else None,
+        }
+        write_owner(self.dir, owner)  # before anything gc would remove: the cgroups, the work dir
+        self._register()
+        self.ids, id_lock = ids.allocate()
+        try:
+            self._launch(id_lock)
+        finally:
+            if id_lock >= 0:
+                os.close(id_lock)  # the keeper holds it now, until the sandbox's end
+        self.init_pid = int(self._await_ctl("pid", OPEN_TIMEOUT_S)[0])
+        owner.update(keeper_pid=self._proc.pid, keeper_start=start_ticks(self._proc.pid))
+        write_owner(self.dir, owner)
+        self.shell_ns_pid = int(self._await_ctl("ready", OPEN_TIMEOUT_S)[0])
+        self.root = f"/proc/{self.init_pid}/root"
+
+    def _register(self) -> None:
+        """Name this sandbox's state directory in the host-wide registry (see state.py)."""
+        folder = registry()
+        folder.mkdir(parents=True, exist_ok=True)
+        os.symlink(self.dir.absolute(), folder / self.id)
+        self._registered = True
+
+    def _launch(self, id_lock: int) -> None:
+        spec = self.spec
         argv = [str(nsinit_path()), "--sbdir", str(self.dir), "--workdir", spec.workdir]
         argv += ["--hostname", spec.hostname, "--tmp-size", str(spec.limits.tmp_bytes)]
-        argv += ["--net", "1" if spec.network else "0"]
+        argv += ["--net", "1" if spec.network else "0", *self.ids.argv()]
+        if id_lock >= 0:
+            argv += ["--id-lock-fd", str(id_lock)]
         for layer in spec.layers:
             if hostroot.is_host_root(layer):
-                if self._host_root < 0:
-                    self._host_root = hostroot.acquire()
-                argv += ["--lower", str(hostroot.VIEW)]
+                argv += ["--host-lower", "/"]
                 for path in hostroot.HOST_MASKED_PATHS:
                     argv += ["--mask", path]
             else:
                 argv += ["--lower", str(layer.resolve())]
-        if spec.upper == "disk":
-            assert spec.upper_dir is not None  # SandboxSpec checks it
-            upper = spec.upper_dir.resolve()
-            upper.mkdir(parents=True, exist_ok=True)
-            self._work_dir = upper.parent / f".{upper.name}.work-{self.id}"
+        if self._work_dir is not None:
             self._work_dir.mkdir()
-            argv += ["--upper", str(upper), "--work", str(self._work_dir)]
+            argv += ["--upper", str(self._upper), "--work", str(self._work_dir)]
         else:
-            (self.dir / "rw").mkdir()
             argv += ["--upper-size", str(spec.limits.upper_bytes)]
         for bind in spec.binds:
             argv += ["--bind" if bind.read_only else "--bind-rw", str(bind.source), bind.target]
@@ -132,7 +168,7 @@ class LocalSandbox(Sandbox):
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                pass_fds=(ctl_w, life_r),
+                pass_fds=(ctl_w, life_r, *([id_lock] if id_lock >= 0 else [])),
                 env={**spec.shell_env(), **SHELL_ENV},
                 bufsize=0,
                 start_new_session=True,  # no controlling terminal inside (no TIOCSTI tricks)
@@ -148,17 +184,6 @@ class LocalSandbox(Sandbox):
         self._poll = select.poll()
         self._poll.register(self._out, select.POLLIN)
         self._poll.register(self._ctl, select.POLLIN)
-        self.init_pid = int(self._await_ctl("pid", OPEN_TIMEOUT_S)[0])
-        owner = {
-            "keeper_pid": self._proc.pid,
-            "keeper_start": start_ticks(self._proc.pid),
-            "work_dir": str(self._work_dir) if self._work_dir else None,
-        }
-        partial = self.dir / f"{OWNER_FILE}.part"  # gc must never read a half-written owner
-        partial.write_text(json.dumps(owner))
-        partial.rename(self.dir / OWNER_FILE)
-        self.shell_ns_pid = int(self._await_ctl("ready", OPEN_TIMEOUT_S)[0])
-        self.root = f"/proc/{self.init_pid}/root"
 
     def _await_ctl(self, word: str, timeout: float) -> list[str]:
         """Wait for the control message ``word`` from the init; fail with its stderr if it dies.
@@ -228,15 +253,16 @@ class LocalSandbox(Sandbox):
                 proc.stdin.close()  # type: ignore[union-attr]
                 proc.stdout.close()  # type: ignore[union-attr]
                 os.close(self._ctl)
-            if self._cgroups is not None:
-                self._cgroups.remove()
+            left = self._cgroups.remove() if self._cgroups is not None else []
             if self._work_dir is not None:
                 shutil.rmtree(self._work_dir, ignore_errors=True)
             shutil.rmtree(self.dir, ignore_errors=True)
-            if self._host_root >= 0:  # after the init is gone: its overlay no longer needs it
-                hostroot.release(self._host_root)
-                self._host_root = -1
-            self._leases.release()  # likewise: the layers may go now
+            if left:  # never a failed close: the registry entry stays, for gc to finish
+                stay = ", ".join(map(str, left))
+                log.warning("sandbox %s: cgroups %s stay; `sandbox gc` removes them", self.id, stay)
+            elif self._registered:
+                (registry() / self.id).unlink(missing_ok=True)
+            self._leases.release()  # after the init is gone: the layers may go now
 
     # -- commands ---------------------------------------------------------------------------
     def exec(
@@ -401,8 +427,10 @@ def _blocked_in(pid: int) -> str:
     if fields is None:
         return f" (process {pid} is gone)"
     try:
-        frames = [line.split()[-1].split("+")[0]
-                  for line in Path(f"/proc/{pid}/stack").read_text().splitlines()]  # fmt: skip
+        frames = [
+            line.split()[-1].split("+")[0]
+            for line in Path(f"/proc/{pid}/stack").read_text().splitlines()
+        ]
     except OSError:
         frames = []
     where = f", in {' < '.join(frames[:4])}" if frames else ""

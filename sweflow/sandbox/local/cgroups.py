@@ -90,10 +90,16 @@ class SandboxCgroups:
     def procs_files(self) -> list[Path]:
         return [d / "cgroup.procs" for d in self.dirs]
 
-    def remove(self) -> None:
+    def remove(self) -> list[Path]:
+        """Remove them (with any cgroup made below them); the ones that could not be removed."""
+        left = []
         for directory in self.dirs:
-            kill_and_remove(directory)
-        self.dirs = []
+            try:
+                kill_and_remove(directory)
+            except (OSError, SandboxCrashError):
+                left.append(directory)
+        self.dirs = left
+        return left
 
 
 def _limit_field(controller: str) -> str:
@@ -134,32 +140,53 @@ def _apply(version: int, directory: Path, name: str, value: float) -> None:
             (directory / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
 
 
-def stale_groups(live_ids: set[str]) -> list[Path]:
-    """Cgroup directories of sandboxes that no longer exist (for ``sweflow sandbox gc``)."""
-    stale = []
-    for hierarchy in {h.root for h in hierarchies().values()}:
+def sandbox_groups() -> dict[str, list[Path]]:
+    """Every sweflow cgroup on the host, by sandbox id (one directory per hierarchy)."""
+    found: dict[str, list[Path]] = {}
+    for hierarchy in sorted({h.root for h in hierarchies().values()}):
         group = hierarchy / GROUP
         if group.is_dir():
-            stale += [d for d in group.iterdir() if d.is_dir() and d.name not in live_ids]
-    return stale
+            for directory in group.iterdir():
+                if directory.is_dir():
+                    found.setdefault(directory.name, []).append(directory)
+    return found
+
+
+def is_empty(directory: Path) -> bool:
+    """No process in the cgroup or below it (one that vanished meanwhile counts as empty)."""
+    try:
+        return not any((group / "cgroup.procs").read_text().split() for group in _tree(directory))
+    except FileNotFoundError:
+        return True
+
+
+def _tree(directory: Path) -> list[Path]:
+    """``directory`` and every cgroup below it, deepest first (the order to remove them in)."""
+    below = [Path(top, name) for top, names, _ in os.walk(directory) for name in names]
+    return sorted(below, key=lambda p: len(p.parts), reverse=True) + [directory]
 
 
 def kill_and_remove(directory: Path) -> bool:
-    """Kill whatever is left in a cgroup, then remove it (retrying while the kernel reaps).
+    """Kill whatever is left in a cgroup and the cgroups below it (a sandbox may have made some),
+    then remove them deepest first, retrying while the kernel reaps.
 
     False when the cgroup went away by itself meanwhile (its sandbox closed as gc ran)."""
-    procs = directory / "cgroup.procs"
     for _ in range(100):
-        try:
-            for pid in procs.read_text().split():
-                try:
-                    os.kill(int(pid), 9)
-                except ProcessLookupError:
-                    pass
-            directory.rmdir()
-            return True
-        except FileNotFoundError:
+        if not directory.is_dir():
             return False
+        try:
+            for group in _tree(directory):
+                for pid in _read_procs(group):
+                    try:
+                        os.kill(int(pid), 9)
+                    except ProcessLookupError:
+                        pass
+                try:
+                    group.rmdir()
+                except FileNotFoundError:
+                    if group == directory:
+                        return False
+            return True
         except OSError as exc:
             if exc.errno == errno.ENODEV:  # being removed by its owner
                 return False
@@ -167,3 +194,10 @@ def kill_and_remove(directory: Path) -> bool:
                 raise
             time.sleep(0.01)
     raise SandboxCrashError(f"cgroup {directory} stays busy after killing its processes")
+
+
+def _read_procs(group: Path) -> list[str]:
+    try:
+        return (group / "cgroup.procs").read_text().split()
+    except FileNotFoundError:
+        return []

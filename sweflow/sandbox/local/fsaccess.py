@@ -14,6 +14,7 @@ import stat
 from dataclasses import dataclass
 
 from sweflow.sandbox.errors import SandboxConfigError, SandboxFileError
+from sweflow.sandbox.local.ids import owner_of
 
 _SYS_OPENAT2 = 437
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -47,19 +48,21 @@ def _relative(path: str) -> str:
     return path.lstrip("/") or "."
 
 
-def read_file(root: str, path: str) -> bytes:
-    """Read ``path`` of the sandbox whose root directory is ``root``."""
+def read_file(root: str, path: str, *, readable_by_all: bool = False) -> bytes:
+    """Read ``path`` of the sandbox whose root directory is ``root`` (a regular file only;
+    with ``readable_by_all``, only one that every user may read)."""
     rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = _openat2(rootfd, _relative(path), os.O_RDONLY)
-    except OSError as exc:
-        raise SandboxFileError(f"cannot read {path} in the sandbox: {exc.strerror}") from exc
+        fd = _open_regular(rootfd, _relative(path), os.O_RDONLY, 0, f"read {path}")
     finally:
         os.close(rootfd)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SandboxFileError(f"cannot read {path} in the sandbox: not a regular file")
+        if readable_by_all and not info.st_mode & stat.S_IROTH:
+            raise SandboxFileError(
+                f"cannot read {path} in the sandbox: the host's files are served only when "
+                "every user may read them"
+            )
         if info.st_size > MAX_READ_BYTES:
             raise SandboxFileError(f"{path} in the sandbox is larger than {MAX_READ_BYTES} bytes")
         chunks = []
@@ -68,6 +71,37 @@ def read_file(root: str, path: str) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def _open_regular(rootfd: int, rel: str, flags: int, mode: int, what: str) -> int:
+    """Open ``rel`` only if it is a regular file (or, with O_CREAT, missing). A FIFO or device
+    is refused before any open that could block on it (or act on a device): an O_PATH open and
+    fstat first, then O_NONBLOCK and fstat again, for one swapped in meanwhile."""
+    try:
+        try:
+            probe = _openat2(rootfd, rel, os.O_PATH)
+        except FileNotFoundError:
+            if not flags & os.O_CREAT:
+                raise
+        else:
+            try:
+                _require_regular(probe, what)
+            finally:
+                os.close(probe)
+        fd = _openat2(rootfd, rel, flags | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        raise SandboxFileError(f"cannot {what} in the sandbox: {exc.strerror}") from exc
+    try:
+        _require_regular(fd, what)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _require_regular(fd: int, what: str) -> None:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise SandboxFileError(f"cannot {what} in the sandbox: not a regular file")
 
 
 def write_file(root: str, path: str, data: bytes) -> None:
@@ -81,12 +115,11 @@ def write_file(root: str, path: str, data: bytes) -> None:
         dirfd = _open_dirs(rootfd, parent, path)
         if dirfd != rootfd:
             os.close(dirfd)
-        try:
-            # the whole path again from the root: a symlink as the last component then resolves
-            # as the sandbox's own processes see it (from the parent, an absolute link would not)
-            fd = _openat2(rootfd, rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except OSError as exc:
-            raise SandboxFileError(f"cannot write {path} in the sandbox: {exc.strerror}") from exc
+        # the whole path again from the root: a symlink as the last component then resolves
+        # as the sandbox's own processes see it (from the parent, an absolute link would not)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        with owner_of(rootfd):  # root inside owns what the host writes
+            fd = _open_regular(rootfd, rel, flags, 0o644, f"write {path}")
         try:
             view = memoryview(data)
             while view:
@@ -112,7 +145,8 @@ def _open_dirs(rootfd: int, parent: str, path: str) -> int:
                 child = _openat2(rootfd, sub, os.O_PATH | os.O_DIRECTORY)
             except FileNotFoundError:
                 try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
+                    with owner_of(rootfd):
+                        os.mkdir(part, 0o755, dir_fd=fd)
                 except FileExistsError:
                     pass
                 child = _openat2(rootfd, sub, os.O_PATH | os.O_DIRECTORY)
@@ -161,8 +195,16 @@ def _entry(rootfd: int, dirfd: int, name: str, path: str) -> Entry:
                 os.close(fd)
         except OSError:
             pass  # a dangling link: describe the link itself
-    return Entry(path, _kind(info.st_mode), info.st_size, info.st_mode, info.st_uid,
-                 info.st_gid, info.st_mtime, target)  # fmt: skip
+    return Entry(
+        path,
+        _kind(info.st_mode),
+        info.st_size,
+        info.st_mode,
+        info.st_uid,
+        info.st_gid,
+        info.st_mtime,
+        target,
+    )
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -243,11 +285,19 @@ def move(root: str, source: str, destination: str) -> None:
     """Rename ``source`` to ``destination``, both resolved inside the sandbox."""
 
     def act(_rootfd: int, src_dir: int, src_name: str) -> None:
-        _with_parent(root, destination, "move to",
-                     lambda _r, dst_dir, dst_name: os.rename(
-                         src_name, dst_name, src_dir_fd=src_dir, dst_dir_fd=dst_dir))  # fmt: skip
+        _with_parent(
+            root,
+            destination,
+            "move to",
+            lambda rootfd, dst_dir, dst_name: _rename(rootfd, src_dir, src_name, dst_dir, dst_name),
+        )
 
     _with_parent(root, source, "move", act)
+
+
+def _rename(rootfd: int, src_dir: int, src_name: str, dst_dir: int, dst_name: str) -> None:
+    with owner_of(rootfd):  # the kernel checks that the new name has an owner, as a new file
+        os.rename(src_name, dst_name, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
 
 
 def remove(root: str, path: str) -> None:

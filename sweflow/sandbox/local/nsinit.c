@@ -11,10 +11,20 @@
  * The keeper watches a lifeline pipe: when the host closes it (or dies), it SIGKILLs init, and
  * the kernel then kills every process of the pid namespace and drops its mounts. Init reports
  * on the control pipe: "pid <host pid of init>", "ready <shell pid>", "exit <status>".
+ *
+ * Identity: root inside is host uid/gid --uid/--gid, the first of --id-count ids (a subordinate
+ * range when the host runs as root; the user itself, alone, when not). Host uid 0 is never mapped,
+ * so the sandbox owns nothing of the host's root. A root-run keeper opens every host path itself
+ * (open_tree) before the init leaves the host's identity, and shifts the layers and read-only
+ * binds onto the sandbox's range with idmapped mounts: files keep their owners inside (disk uid 0
+ * is root inside), and what root writes to a disk upper lands as disk uid 0, as in a layer built
+ * by the host's root. The host's own root (--host-lower) is never shifted: its root-only files
+ * stay root-only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <net/if.h>
 #include <poll.h>
@@ -38,15 +48,37 @@
 #include <unistd.h>
 
 #define MAX_ITEMS 64
+#define TMP_UPPER "rw/upper" /* the tmpfs upper, relative to the state directory */
+
+/* The mount API (5.2+; idmapped mounts 5.12+), spelled out for C libraries that lack it. */
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef OPEN_TREE_CLOEXEC
+#define OPEN_TREE_CLOEXEC O_CLOEXEC
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+#define SW_ATTR_RDONLY 0x00000001
+#define SW_ATTR_IDMAP 0x00100000
+struct sw_mount_attr {
+    unsigned long long attr_set, attr_clr, propagation, userns_fd;
+};
 
 struct bind {
     const char *src, *dst;
-    int ro;
+    int ro, fd;
+};
+
+struct lower {
+    const char *path;
+    int host, fd; /* host: the host's own root, never shifted; fd: its tree, opened by the keeper */
 };
 
 static struct {
     const char *sbdir, *workdir, *hostname, *upper, *work;
-    const char *lowers[MAX_ITEMS];
+    struct lower lowers[MAX_ITEMS];
     int nlowers;
     const char *cgroups[MAX_ITEMS];
     int ncgroups;
@@ -54,10 +86,11 @@ static struct {
     int nmasks;
     struct bind binds[MAX_ITEMS];
     int nbinds;
-    long long upper_size, tmp_size;
-    int net, ctl_fd, lifeline_fd, host_root;
+    long long upper_size, tmp_size, uid, gid, id_count;
+    int net, ctl_fd, lifeline_fd, id_lock_fd, host_root, shift, upper_fd;
     char **shell_argv;
-} cfg = {.workdir = "/", .hostname = "sandbox", .ctl_fd = -1, .lifeline_fd = -1};
+} cfg = {.workdir = "/", .hostname = "sandbox", .ctl_fd = -1, .lifeline_fd = -1,
+         .id_lock_fd = -1, .uid = -1, .gid = -1, .id_count = 1, .upper_fd = -1};
 
 static void die(const char *fmt, ...) {
     va_list ap;
@@ -137,37 +170,109 @@ static void touch(const char *path) {
     close(fd);
 }
 
-/* path joined under the merged root */
+/* path joined under the merged root, relative to the state directory (init's working directory) */
 static const char *in_root(const char *rel) {
     static char buf[8][4096];
     static int i;
     i = (i + 1) % 8;
-    snprintf(buf[i], sizeof buf[i], "%s/merged%s", cfg.sbdir, rel);
+    snprintf(buf[i], sizeof buf[i], "merged%s", rel);
     return buf[i];
 }
 
+/* Attach the tree ``fd`` (a detached mount the keeper opened) at the new directory ``dir``:
+ * overlayfs takes its layers only from mounts of its own namespace. */
+static void attach(int fd, const char *dir) {
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        die("mkdir %s", dir);
+    if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dir, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        die("attach a layer at %s", dir);
+    close(fd);
+}
+
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* A copy of the host's ``rel`` in the upper, owned by root inside. */
+static void copy_up(const char *lower, const char *upper, const char *rel) {
+    char path[4096], buf[65536];
+    snprintf(path, sizeof path, "%s%s", lower, rel);
+    int in = open(path, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return;
+    snprintf(path, sizeof path, "%s%s", upper, rel);
+    int out = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    ssize_t n = out < 0 ? -1 : 0;
+    while (n >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+        if (write(out, buf, n) != n)
+            n = -1;
+    if (n < 0)
+        die("copy %s", rel);
+    close(in);
+    close(out);
+}
+
+/* With the host's root as a layer, root inside may change none of the host's files or folders
+ * (they are not shifted): the mount points of the binds and the workdir are made in the tmpfs
+ * upper before the overlay is mounted, where overlayfs merges them with the host's, and the
+ * sandbox gets its own /etc/hosts and /etc/resolv.conf (it has its own network), as docker's
+ * containers do. */
+static void make_points(const char *lower) {
+    const char *upper = TMP_UPPER;
+    char path[4096];
+    mkdir_p(TMP_UPPER "/etc", 0755);
+    copy_up(lower, upper, "/etc/hosts");
+    copy_up(lower, upper, "/etc/resolv.conf");
+    for (int i = 0; i < cfg.nbinds; i++) {
+        struct stat st;
+        int dir = cfg.binds[i].fd >= 0 && fstat(cfg.binds[i].fd, &st) == 0 && S_ISDIR(st.st_mode);
+        snprintf(path, sizeof path, "%s%s", upper, cfg.binds[i].dst);
+        char *slash = strrchr(path, '/');
+        if (!dir && slash)
+            *slash = 0;
+        mkdir_p(path, 0755);
+    }
+    snprintf(path, sizeof path, "%s%s", upper, cfg.workdir);
+    mkdir_p(path, 0755);
+}
+
 static void mount_overlay(void) {
-    char opts[16384], scratch[4096];
+    char opts[16384];
     const char *upper = cfg.upper, *work = cfg.work;
-    char tupper[4096], twork[4096];
-    if (!upper) { /* tmpfs upper: private to this mount namespace, capped in size */
-        snprintf(scratch, sizeof scratch, "%s/rw", cfg.sbdir);
-        char size[64] = "";
-        if (cfg.upper_size > 0)
-            snprintf(size, sizeof size, "size=%lld,", cfg.upper_size);
-        char data[128];
-        snprintf(data, sizeof data, "%smode=0755", size);
-        xmount("sweflow-upper", scratch, "tmpfs", MS_NOSUID | MS_NODEV, data);
-        snprintf(tupper, sizeof tupper, "%s/upper", scratch);
-        snprintf(twork, sizeof twork, "%s/work", scratch);
-        mkdir_p(tupper, 0755);
-        mkdir_p(twork, 0755);
+    char tupper[4096], twork[4096], lowers[MAX_ITEMS][32];
+    /* "rw": a tmpfs private to this mount namespace, capped in size: the tmpfs upper, and the
+     * directories where the keeper's trees are attached */
+    char size[64] = "";
+    if (!upper && cfg.upper_size > 0)
+        snprintf(size, sizeof size, "size=%lld,", cfg.upper_size);
+    char data[128];
+    snprintf(data, sizeof data, "%smode=0755", upper ? "size=1m," : size);
+    xmount("sweflow-upper", "rw", "tmpfs", MS_NOSUID | MS_NODEV, data);
+    if (!upper) {
+        mkdir_p(TMP_UPPER, 0755);
+        mkdir_p("rw/work", 0755);
+        upper = TMP_UPPER;
+        work = "rw/work";
+    } else if (cfg.upper_fd >= 0) { /* the disk upper's folder, shifted by the keeper */
+        attach(cfg.upper_fd, "rw/disk");
+        snprintf(tupper, sizeof tupper, "rw/disk/%s", base_name(cfg.upper));
+        snprintf(twork, sizeof twork, "rw/disk/%s", base_name(cfg.work));
         upper = tupper;
         work = twork;
     }
+    for (int i = 0; i < cfg.nlowers; i++) {
+        if (cfg.lowers[i].fd < 0)
+            continue;
+        snprintf(lowers[i], sizeof lowers[i], "rw/lower-%d", i);
+        attach(cfg.lowers[i].fd, lowers[i]);
+        cfg.lowers[i].path = lowers[i];
+        if (cfg.lowers[i].host && !cfg.upper)
+            make_points(lowers[i]);
+    }
     int n = snprintf(opts, sizeof opts, "lowerdir=");
     for (int i = cfg.nlowers - 1; i >= 0; i--) /* overlayfs lists the topmost lower first */
-        n += snprintf(opts + n, sizeof opts - n, "%s%s", cfg.lowers[i], i ? ":" : "");
+        n += snprintf(opts + n, sizeof opts - n, "%s%s", cfg.lowers[i].path, i ? ":" : "");
     n += snprintf(opts + n, sizeof opts - n, ",upperdir=%s,workdir=%s", upper, work);
     const char *merged = in_root("");
     /* in a user namespace overlayfs must keep its metadata in user.* xattrs */
@@ -215,8 +320,9 @@ static void setup_dev(void) {
 static void setup_binds(void) {
     for (int i = 0; i < cfg.nbinds; i++) {
         const char *dst = in_root(cfg.binds[i].dst);
-        struct stat st;
-        if (stat(cfg.binds[i].src, &st) < 0)
+        struct stat st; /* the keeper's tree, if it opened one: init may not reach the path */
+        int found = cfg.binds[i].fd >= 0 ? fstat(cfg.binds[i].fd, &st) : stat(cfg.binds[i].src, &st);
+        if (found < 0)
             die("bind source %s", cfg.binds[i].src);
         if (S_ISDIR(st.st_mode)) {
             mkdir_p(dst, 0755);
@@ -228,9 +334,18 @@ static void setup_binds(void) {
                 *slash = 0;
                 mkdir_p(parent, 0755);
             }
-            touch(dst);
+            struct stat point;
+            if (stat(dst, &point) < 0) /* an existing one may be a host file root inside can't open */
+                touch(dst);
         }
-        xmount(cfg.binds[i].src, dst, NULL, MS_BIND | MS_REC, NULL);
+        if (cfg.binds[i].fd >= 0) { /* opened (and, read-only, shifted) by the keeper */
+            if (syscall(SYS_move_mount, cfg.binds[i].fd, "", AT_FDCWD, dst,
+                        MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                die("bind %s on %s", cfg.binds[i].src, cfg.binds[i].dst);
+            close(cfg.binds[i].fd);
+        } else {
+            xmount(cfg.binds[i].src, dst, NULL, MS_BIND | MS_REC, NULL);
+        }
         if (cfg.binds[i].ro)
             remount_ro(dst, MS_NOSUID | MS_NODEV);
     }
@@ -269,9 +384,8 @@ static void setup_root(void) {
         }
     }
     xmount("proc", in_root("/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-    /* The kernel-global files of /proc check only the file mode, and with the identity id map
-     * of a root-run sandbox its root *is* uid 0 there (core_pattern would be a host escape):
-     * read-only, as docker does. The shell cannot undo it (it has no CAP_SYS_ADMIN). */
+    /* The kernel-global files of /proc: read-only, as docker does (they check only the file
+     * mode, and some are the host's own). The shell cannot undo it (it has no CAP_SYS_ADMIN). */
     const char *proc_ro[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"};
     for (size_t i = 0; i < sizeof proc_ro / sizeof *proc_ro; i++) {
         const char *p = in_root(proc_ro[i]);
@@ -343,10 +457,12 @@ static pid_t spawn_shell(void) {
 /* PID 1 inside: set up the root, run the shell, reap orphans, respawn the shell if it exits. */
 static void run_init(void) {
     close(cfg.lifeline_fd);
-    /* Root-run, uid 0 inside is host uid 0: /proc/1/exe, /proc/1/fd... would lead a process
-     * inside to host files (the init binary, the control pipe). Non-dumpable, they need
-     * CAP_SYS_PTRACE in the host's namespace. (A user-run host reads /proc/<init>/root itself,
-     * so there init stays dumpable; its uid 0 inside is only that user.) */
+    if (cfg.id_lock_fd >= 0)
+        close(cfg.id_lock_fd); /* the keeper holds the range until the whole sandbox is gone */
+    /* Root-run: /proc/1/exe, /proc/1/fd... would lead a process inside to host files (the init
+     * binary, the control pipe). Non-dumpable, they need CAP_SYS_PTRACE in the host's
+     * namespace. (A user-run host reads /proc/<init>/root itself, so there init stays
+     * dumpable; its uid 0 inside is only that user.) */
     if (cfg.host_root)
         prctl(PR_SET_DUMPABLE, 0);
     setup_root();
@@ -436,13 +552,18 @@ static void parse(int argc, char **argv) {
         else if (!strcmp(a, "--net")) cfg.net = (int)num(v, a);
         else if (!strcmp(a, "--ctl-fd")) cfg.ctl_fd = (int)num(v, a);
         else if (!strcmp(a, "--lifeline-fd")) cfg.lifeline_fd = (int)num(v, a);
-        else if (cfg.nlowers < MAX_ITEMS && !strcmp(a, "--lower")) cfg.lowers[cfg.nlowers++] = v;
+        else if (!strcmp(a, "--uid")) cfg.uid = num(v, a);
+        else if (!strcmp(a, "--gid")) cfg.gid = num(v, a);
+        else if (!strcmp(a, "--id-count")) cfg.id_count = num(v, a);
+        else if (!strcmp(a, "--id-lock-fd")) cfg.id_lock_fd = (int)num(v, a);
+        else if (cfg.nlowers < MAX_ITEMS && (!strcmp(a, "--lower") || !strcmp(a, "--host-lower")))
+            cfg.lowers[cfg.nlowers++] = (struct lower){v, !strcmp(a, "--host-lower"), -1};
         else if (cfg.ncgroups < MAX_ITEMS && !strcmp(a, "--cgroup")) cfg.cgroups[cfg.ncgroups++] = v;
         else if (cfg.nmasks < MAX_ITEMS && !strcmp(a, "--mask")) cfg.masks[cfg.nmasks++] = v;
         else if (cfg.nbinds < MAX_ITEMS && (!strcmp(a, "--bind") || !strcmp(a, "--bind-rw"))) {
             if (i + 1 >= argc)
                 die("%s needs SOURCE TARGET", a);
-            cfg.binds[cfg.nbinds++] = (struct bind){v, argv[++i], !strcmp(a, "--bind")};
+            cfg.binds[cfg.nbinds++] = (struct bind){v, argv[++i], !strcmp(a, "--bind"), -1};
         } else
             die("unknown option %s", a);
     }
@@ -450,28 +571,113 @@ static void parse(int argc, char **argv) {
         die("usage: sweflow-nsinit --sbdir DIR --lower DIR... --lifeline-fd N -- SHELL ARGS");
     if (!cfg.upper != !cfg.work)
         die("--upper and --work go together");
+    if (cfg.uid < 0 || cfg.gid < 0 || cfg.id_count < 1)
+        die("--uid, --gid and --id-count name the host ids of root inside");
     cfg.shell_argv = argv + i;
 }
 
-/* Written by the keeper, which stays in the parent user namespace: only there may root map the
- * whole id range (so files in the layers keep their owners); a user maps just itself. */
-static void map_ids(pid_t child, uid_t uid, gid_t gid) {
-    char path[64], map[64];
-    if (uid != 0) {
+/* Written by the keeper, which stays in the parent user namespace: root maps the sandbox's
+ * range (never host uid 0); a user maps just itself. */
+static void map_ids(pid_t child) {
+    char path[64], map[96];
+    if (!cfg.shift) { /* an unprivileged writer may map only itself, and without setgroups */
         snprintf(path, sizeof path, "/proc/%d/setgroups", child);
         write_file(path, "deny", 1);
     }
     snprintf(path, sizeof path, "/proc/%d/uid_map", child);
-    snprintf(map, sizeof map, uid == 0 ? "0 0 4294967295" : "0 %u 1", uid);
+    snprintf(map, sizeof map, "0 %lld %lld", cfg.uid, cfg.id_count);
     write_file(path, map, 1);
     snprintf(path, sizeof path, "/proc/%d/gid_map", child);
-    snprintf(map, sizeof map, gid == 0 ? "0 0 4294967295" : "0 %u 1", gid);
+    snprintf(map, sizeof map, "0 %lld %lld", cfg.gid, cfg.id_count);
     write_file(path, map, 1);
+}
+
+static int open_tree_of(const char *path, unsigned int flags) {
+    int fd = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | flags);
+    if (fd < 0)
+        die("open_tree %s (the mount API needs Linux 5.2+)", path);
+    return fd;
+}
+
+/* Before the clone, with the host's identity: every host path the sandbox is made of becomes a
+ * detached mount (a non-recursive one for layers: overlayfs in a user namespace refuses a layer
+ * with mounts below it, and the host's / always has some). */
+static void open_trees(void) {
+    for (int i = 0; i < cfg.nlowers; i++)
+        cfg.lowers[i].fd = open_tree_of(cfg.lowers[i].path, 0);
+    if (cfg.upper) { /* upper and work sit side by side: overlayfs wants them on one mount */
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", cfg.upper);
+        char *slash = strrchr(parent, '/');
+        size_t len = slash ? (size_t)(slash - parent) : 0;
+        if (!slash || strncmp(cfg.work, parent, len) || strchr(cfg.work + len + 1, '/'))
+            die("--work %s must sit beside --upper %s", cfg.work, cfg.upper);
+        *slash = 0;
+        cfg.upper_fd = open_tree_of(len ? parent : "/", 0);
+    }
+    for (int i = 0; i < cfg.nbinds; i++)
+        cfg.binds[i].fd = open_tree_of(cfg.binds[i].src, AT_RECURSIVE);
+}
+
+static void set_attr(int fd, const char *what, unsigned long long set, int userns, unsigned flags) {
+    struct sw_mount_attr attr = {.attr_set = set, .userns_fd = (unsigned long long)userns};
+    if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | flags, &attr, sizeof attr) < 0)
+        die("idmapped mount of %s (needs Linux 5.19+ and a filesystem that supports them)", what);
+}
+
+/* After the id maps: shift layers, the disk upper and read-only binds onto the sandbox's range
+ * (disk id N is host id uid+N, i.e. N inside). Read-write binds are not shifted: the sandbox
+ * writes there as its own host identity, so nothing it leaves can be a file of the host's root
+ * (no set-uid root program planted in a host folder). */
+static void shift_trees(pid_t child) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/user", child);
+    int userns = open(path, O_RDONLY | O_CLOEXEC);
+    if (userns < 0)
+        die("open %s", path);
+    for (int i = 0; i < cfg.nlowers; i++) {
+        if (cfg.lowers[i].host)
+            set_attr(cfg.lowers[i].fd, cfg.lowers[i].path, SW_ATTR_RDONLY, -1, 0);
+        else
+            set_attr(cfg.lowers[i].fd, cfg.lowers[i].path, SW_ATTR_IDMAP | SW_ATTR_RDONLY, userns, 0);
+        close(cfg.lowers[i].fd);
+    }
+    if (cfg.upper_fd >= 0) {
+        set_attr(cfg.upper_fd, cfg.upper, SW_ATTR_IDMAP, userns, 0);
+        close(cfg.upper_fd);
+    }
+    for (int i = 0; i < cfg.nbinds; i++) {
+        if (cfg.binds[i].ro)
+            set_attr(cfg.binds[i].fd, cfg.binds[i].src, SW_ATTR_IDMAP | SW_ATTR_RDONLY, userns,
+                     AT_RECURSIVE);
+        close(cfg.binds[i].fd);
+    }
+    close(userns);
+}
+
+/* Init leaves the host's identity for root of its range: no host group either (setgroups). */
+static void become_root(void) {
+    if (cfg.shift && setgroups(0, NULL) < 0)
+        die("setgroups");
+    if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+        die("become root of the sandbox's id range");
 }
 
 int main(int argc, char **argv) {
     parse(argc, argv);
     cfg.host_root = getuid() == 0;
+    cfg.shift = cfg.uid != getuid(); /* a range of its own, set by a root-run host */
+    if (cfg.shift && !cfg.host_root)
+        die("only root may map a sandbox onto another host identity (--uid %lld)", cfg.uid);
+    if (cfg.id_lock_fd >= 0)
+        fcntl(cfg.id_lock_fd, F_SETFD, FD_CLOEXEC);
+    if (cfg.shift)
+        open_trees();
+    /* Init starts in the state directory, as the clone translates the working directory into
+     * the new mount namespace: its host path may pass through folders root inside cannot
+     * search, so init reaches everything there by relative paths. */
+    if (chdir(cfg.sbdir) < 0)
+        die("chdir to %s", cfg.sbdir);
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core); /* a crash inside never runs the host's core handler */
     write_file("/proc/self/oom_score_adj", "-1000", 0); /* only root may; fine to fail */
@@ -494,17 +700,24 @@ int main(int argc, char **argv) {
             "may be disabled (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0)");
     if (init == 0) {
         char go;
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* the keeper's death is ours: no orphaned sandbox */
         close(sync[1]);
         if (read(sync[0], &go, 1) != 1) /* wait for the id maps */
             exit(125);
+        become_root();
+        /* the keeper's death is ours: no orphaned sandbox (set after become_root, as a change
+         * of credentials clears it; the keeper holds its end of the pipe until it exits) */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        struct pollfd keeper = {.fd = sync[0], .events = POLLIN};
+        if (poll(&keeper, 1, 0) > 0 && (keeper.revents & POLLHUP))
+            exit(125); /* it died before */
         close(sync[0]);
         run_init();
     }
     close(sync[0]);
-    map_ids(init, getuid(), getgid());
+    map_ids(init);
+    if (cfg.shift)
+        shift_trees(init);
     if (write(sync[1], "g", 1) != 1)
         die("release init");
-    close(sync[1]);
     return run_keeper(init);
 }

@@ -12,23 +12,27 @@ in sweflow.training.rl.backends; :func:`rl_backend` loads it by name when a run 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sweflow.errors import SweflowError
+from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
-from sweflow.training.rl.backends import RL_BACKENDS, RLBackendError, check_rl_backend
+from sweflow.registered import load_named
+from sweflow.training.rl.backends import RL_BACKENDS, RLBackendError
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.episode import EpisodeEnv
-from sweflow.training.rl.result import RLResult, StepRecord
+from sweflow.training.rl.result import RLResult, RLStepRecord
 from sweflow.training.workdir import folder_digest
 
-StepProgress = Callable[[int, int, StepRecord], None]  # (step, total steps, its figures)
+if TYPE_CHECKING:
+    from sweflow.tracking import TrackingRun
+
+OnRLStep = Callable[[int, int, RLStepRecord], None]  # (step, total steps, its figures)
 
 
 class RLError(SweflowError):
@@ -53,9 +57,16 @@ class RLRun:
     rl: RLConfig
     env: EpisodeEnv
     store: Path
-    specs: Path
+    specs: SpecTable
     backend: str = "local"  # the sandboxes'
     policy_name: str | None = None  # how the user named the policy (default: its folder)
+    val_tasks: list[Instance] = field(default_factory=list)  # rl.validation's
+    tracking: TrackingRun | None = None  # the run the trainer's own loggers report to
+
+    @property
+    def tensorboard(self) -> bool:
+        """Whether the trainer writes TensorBoard's files (``tracking.tensorboard``)."""
+        return self.tracking is None or self.tracking.tensorboard
 
     @property
     def base_model(self) -> str:
@@ -64,10 +75,18 @@ class RLRun:
     @cached_property
     def inputs(self) -> str:
         """The digest a published result, or an attempt to resume, must carry."""
-        return hashlib.sha256(json.dumps([
-            sorted(t.instance_id for t in self.tasks), folder_digest(self.policy),
-            self.rl.model_dump(), self.env.agent.model_dump(), self.backend,
-        ]).encode()).hexdigest()  # fmt: skip
+        return hashlib.sha256(
+            json.dumps(
+                [
+                    sorted(t.instance_id for t in self.tasks),
+                    folder_digest(self.policy),
+                    self.rl.model_dump(),
+                    self.env.agent.model_dump(),
+                    self.backend,
+                    *([sorted(t.instance_id for t in self.val_tasks)] if self.val_tasks else []),
+                ]
+            ).encode()
+        ).hexdigest()
 
 
 @runtime_checkable
@@ -84,16 +103,11 @@ class RLBackend(Protocol):
         recorded as the folder's."""
         ...
 
-    def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
+    def train(self, run: RLRun, resume: Path | None, progress: OnRLStep | None) -> RLResult:
         """Train (from ``resume`` when set), publish ``run.out`` and return its record."""
         ...
 
 
 def rl_backend(name: str) -> RLBackend:
-    """The backend registered as ``name``, its module imported now."""
-    module, _, attr = RL_BACKENDS[check_rl_backend(name)].partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise RLBackendError(f"RL backend {name!r} cannot be imported: {exc}") from exc
-    return cls()
+    """The backend registered as ``name`` (or at the dotted path ``name``), imported now."""
+    return load_named("RL backend", name, RL_BACKENDS, RLBackendError)()

@@ -10,6 +10,7 @@ is imported only when a run uses it.
 from __future__ import annotations
 
 from sweflow.errors import ConfigError
+from sweflow.registered import check_named, choices_help
 
 RL_BACKENDS: dict[str, str] = {
     "trl": "sweflow.training.rl.trl_backend:TRLBackend",
@@ -23,12 +24,10 @@ class RLBackendError(ConfigError):
 
 
 def rl_backends_help() -> str:
-    """One line for option help: the registered names."""
-    return " | ".join(RL_BACKENDS)
+    """One line for option help: the registered names and the dotted-path form."""
+    return choices_help(RL_BACKENDS)
 
 
 def check_rl_backend(name: str) -> str:
-    """``name`` if it is registered; imports nothing."""
-    if name not in RL_BACKENDS:
-        raise RLBackendError(f"unknown RL backend {name!r}; choose one of {rl_backends_help()}")
-    return name
+    """``name`` if it is registered or looks like ``module:Class``; imports nothing."""
+    return check_named("RL backend", name, RL_BACKENDS, RLBackendError)

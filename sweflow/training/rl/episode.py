@@ -50,12 +50,15 @@ from sweflow.instances import Instance
 from sweflow.sandbox import Sandbox
 from sweflow.training.chat import ChatEncoder, DriftError
 from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.formulas import overlong_punishment
 
 # (context token ids, most tokens to generate) -> (generated ids, their log-probabilities)
 Generate = Callable[[list[int], int], Awaitable[tuple[list[int], list[float]]]]
 HERMES_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 # the agent's exits on a limit (turns, tokens, time, context): what compact filtering masks
 LIMITS = frozenset({STEP_LIMIT, TOKEN_LIMIT, TIME_LIMIT, CONTEXT_LIMIT})
+# the exits on a length budget: what DAPO's overlong filtering (rl.objective.mask_truncated) masks
+LENGTH_LIMITS = frozenset({TOKEN_LIMIT, CONTEXT_LIMIT})
 
 
 class TokenStream:
@@ -77,6 +80,9 @@ class TokenStream:
     @property
     def generated_tokens(self) -> int:
         return sum(self.mask)
+
+    async def prepare(self, sandbox: Sandbox, workdir: str) -> None:
+        return None  # the policy reads nothing before its first turn
 
     async def complete(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
@@ -115,8 +121,9 @@ class TokenStream:
         text = self.encoder.tokenizer.decode(new[:-1] if self._ended else new)
         message = parse_reply(text, tools)
         self._through = [*messages, message]
-        return Completion(message, len(context), len(new), latency,
-                          "stop" if self._ended else "length")  # fmt: skip
+        return Completion(
+            message, len(context), len(new), latency, "stop" if self._ended else "length"
+        )
 
     def _append(self, ids: list[int], *, trained: bool, logprobs: list[float] | None = None):
         self.response_ids += ids
@@ -140,9 +147,13 @@ def parse_reply(text: str, tools: list[dict[str, Any]] | None) -> dict[str, Any]
         except json.JSONDecodeError:
             continue
         arguments = call.get("arguments", {})
-        calls.append({"id": f"call_{uuid.uuid4().hex[:8]}_{i}", "type": "function",
-                      "function": {"name": str(call.get("name", "")),
-                                   "arguments": json.dumps(arguments)}})  # fmt: skip
+        calls.append(
+            {
+                "id": f"call_{uuid.uuid4().hex[:8]}_{i}",
+                "type": "function",
+                "function": {"name": str(call.get("name", "")), "arguments": json.dumps(arguments)},
+            }
+        )
     if calls:
         message["content"] = HERMES_CALL.sub("", text).strip() or None
         message["tool_calls"] = calls
@@ -177,6 +188,11 @@ class Episode:
     def hit_limit(self) -> bool:
         """It ended on a turn, token, time or context limit, not by submitting."""
         return self.exit_status in LIMITS
+
+    @property
+    def truncated(self) -> bool:
+        """It ended because its tokens ran out (the token budget, or the context)."""
+        return self.exit_status in LENGTH_LIMITS
 
 
 @dataclass
@@ -241,18 +257,31 @@ async def _attempt(instance, env, encoder, generate, rl, name) -> Episode:
         return _finish(episode, stream, began)
     episode.resolved = bool(result.resolved)
     episode.refused = result.apply_status if result.apply_status in REFUSALS else ""
-    episode.reward = float(episode.resolved) - shaping(rl, episode, traj.patch)
-    traj.reward = {"resolved": episode.resolved, "reward": episode.reward, "reason": result.reason,
-                   "apply_status": result.apply_status}  # fmt: skip
+    lost = shaping(rl, episode, traj.patch, len(stream.response_ids))
+    episode.reward = float(episode.resolved) - lost
+    traj.reward = {
+        "resolved": episode.resolved,
+        "reward": episode.reward,
+        "reason": result.reason,
+        "apply_status": result.apply_status,
+    }
     return _finish(episode, stream, began)
 
 
-def shaping(rl: RLConfig, episode: Episode, patch: str) -> float:
+def shaping(rl: RLConfig, episode: Episode, patch: str, response_tokens: int = 0) -> float:
     """What the episode loses besides the task: the share of its replies that were no action,
-    and changing nothing (see sweflow.training.rl.config)."""
+    changing nothing (see sweflow.training.rl.config), and DAPO's soft overlong punishment of
+    its ``response_tokens`` (replies and observations: what rl.max_response_length bounds)."""
     invalid = (episode.steps - episode.valid_steps) / max(episode.steps, 1)
     empty = rl.empty_patch_penalty if not patch.strip() else 0.0
-    return rl.format_error_penalty * invalid + empty
+    objective = rl.objective
+    overlong = overlong_punishment(
+        response_tokens,
+        rl.max_response_length,
+        objective.overlong_buffer,
+        objective.overlong_penalty,
+    )
+    return rl.format_error_penalty * invalid + empty - overlong
 
 
 def _finish(episode: Episode, stream: TokenStream, began: float) -> Episode:

@@ -75,12 +75,19 @@ class LocalGenerator:
     def busy_s(self) -> float:
         return self.clock.busy_s
 
-    async def __call__(self, ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
-        return await asyncio.to_thread(self._generate, ids, max_new)
+    async def __call__(
+        self, ids: list[int], max_new: int, temperature: float | None = None
+    ) -> tuple[list[int], list[float]]:
+        """Sampled at ``temperature`` (default: the generator's; 0: greedy)."""
+        t = self.temperature if temperature is None else temperature
+        return await asyncio.to_thread(self._generate, ids, max_new, t)
 
-    def _generate(self, ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
+    def _generate(
+        self, ids: list[int], max_new: int, temperature: float
+    ) -> tuple[list[int], list[float]]:
         import torch
 
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
         with self._lock, self.clock:
             was_training = self.model.training
             self.model.eval()
@@ -89,10 +96,7 @@ class LocalGenerator:
                     out = self.model.generate(
                         torch.tensor([ids], device=self.model.device),
                         max_new_tokens=max_new,
-                        do_sample=True,
-                        temperature=self.temperature,
-                        top_k=0,
-                        top_p=1.0,
+                        **(sampling if temperature > 0 else {"do_sample": False}),
                         eos_token_id=self.tokenizer.eos_token_id,
                         pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
                         output_logits=True,
@@ -102,7 +106,7 @@ class LocalGenerator:
             finally:
                 self.model.train(was_training)
             new = out.sequences[0, len(ids) :].tolist()
-            logits = torch.stack(out.logits)[:, 0, :].float() / self.temperature
+            logits = torch.stack(out.logits)[:, 0, :].float() / (temperature or 1.0)
             picked = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(new)[:, None])
             self.generated += len(new)
             return new, picked[:, 0].tolist()

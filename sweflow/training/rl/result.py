@@ -2,7 +2,7 @@
 model (``sweflow_training.json``), its per-step records, and the curves drawn from them.
 
 Every backend returns the same :class:`RLResult`, so the CLI, the pipeline's rl stage and the
-``infer`` stage read any of them alike. A step's figures are a :class:`StepRecord`; a figure a
+``infer`` stage read any of them alike. A step's figures are a :class:`RLStepRecord`; a figure a
 backend does not measure is None (verl's trainer, for one, logs no per-episode resolve rate).
 """
 
@@ -17,7 +17,7 @@ from sweflow.training.output import RECORD
 
 
 @dataclass
-class StepRecord:
+class RLStepRecord:
     """The figures of one policy update (written to metrics.jsonl and TensorBoard)."""
 
     step: int
@@ -60,6 +60,7 @@ class RLResult:
     train_seconds: float = 0.0
     curves: str | None = None
     tensorboard: str = ""
+    validation: list[dict] = field(default_factory=list)  # rl.validation's measurements
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,7 +85,7 @@ def published(out: Path, inputs: str) -> RLResult | None:
 
 def read_records(*paths: Path) -> list[dict]:
     """The per-step records of JSON-lines files read in order, a step run again after a resume
-    counted once (its last run)."""
+    counted once (its last run); validation rows (sweflow.training.rl.validation) left out."""
     by_step: dict[int, dict] = {}
     for path in paths:
         if not path.is_file():
@@ -92,14 +93,17 @@ def read_records(*paths: Path) -> list[dict]:
         for line in path.read_text().splitlines():
             if line.strip().endswith("}"):
                 record = json.loads(line)
-                by_step[record["step"]] = record
+                if "kind" not in record:
+                    by_step[record["step"]] = record
     return [by_step[step] for step in sorted(by_step)]
 
 
-def plot_curves(records: list[dict], path: Path) -> Path | None:
-    """rl.png: reward and resolve rate, valid actions, episode length, the time split (a figure
-    the backend did not measure is left out)."""
-    if not records:
+def plot_curves(
+    records: list[dict], path: Path, validation: list[dict] | None = None
+) -> Path | None:
+    """rl.png: reward and resolve rate (and the validation's pass@k), valid actions, episode
+    length, the time split (a figure the backend did not measure is left out)."""
+    if not records and not validation:
         return None
     import matplotlib
 
@@ -113,11 +117,20 @@ def plot_curves(records: list[dict], path: Path) -> Path | None:
     fig, axes = plt.subplots(2, 2, figsize=(10, 6), dpi=110)
     axes[0][0].plot(steps, series("mean_reward"), "o-", label="mean reward")
     axes[0][0].plot(steps, series("resolve_rate"), "s--", label="resolve rate")
+    for k in sorted({k for row in validation or [] for k in row["pass_at"]}, key=int):
+        points = [
+            (row["step"], row["pass_at"][k]) for row in validation or [] if k in row["pass_at"]
+        ]
+        axes[0][0].plot(*zip(*points, strict=True), "D:", label=f"validation pass@{k}")
     axes[0][1].plot(steps, series("valid_action_rate"), "o-", color="tab:green")
     axes[1][0].plot(steps, series("episode_turns"), "o-", color="tab:purple")
     bottom = [0.0] * len(records)
-    for key, color in (("generation_s", "tab:blue"), ("env_s", "tab:orange"),
-                       ("weight_sync_s", "tab:gray"), ("update_s", "tab:red")):  # fmt: skip
+    for key, color in (
+        ("generation_s", "tab:blue"),
+        ("env_s", "tab:orange"),
+        ("weight_sync_s", "tab:gray"),
+        ("update_s", "tab:red"),
+    ):
         values = [r.get(key) or 0.0 for r in records]
         axes[1][1].bar(steps, values, bottom=bottom, color=color, label=key[:-2])
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]

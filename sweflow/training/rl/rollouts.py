@@ -9,10 +9,10 @@ and each episode records it. With dynamic sampling (``rl.dynamic_sampling_rounds
 group whose outcomes do not differ is drawn again (:func:`draw_group`); the step's record
 counts those draws and the groups masked because they never differed.
 
-Synchronous steps (``max_staleness`` 0, the default): the trainer asks for step k's episodes
+Synchronous steps (``trl.max_staleness`` 0, the default): the trainer asks for step k's episodes
 once update k-1 is done (:meth:`Rollouts.take`) and waits for them; with a served policy the
-server's weights are first refreshed when they are ``weight_sync_every`` updates behind.
-Asynchronous steps (``max_staleness`` n >= 1, served policy only): a producer generates step
+server's weights are first refreshed when they are ``trl.weight_sync_every`` updates behind.
+Asynchronous steps (``trl.max_staleness`` n >= 1, served policy only): a producer generates step
 k+1's episodes while the trainer updates on step k's; each update's weights are published as
 soon as it ends (:meth:`Rollouts.updated`) and the producer loads the newest before a batch when
 it is due, or must: the episodes of step k come from a policy at least k-1-n updates old. So
@@ -38,18 +38,19 @@ from sweflow.sandbox.tracking import interrupt, resume
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.episode import Episode, EpisodeEnv, run_episode, save_episodes
-from sweflow.training.rl.result import StepRecord
+from sweflow.training.rl.result import RLStepRecord
 from sweflow.training.rl.served import ServedPolicy, WeightFolders
+from sweflow.training.rl.validation import ValidationSettings
 
 
 @dataclass
-class Batch:
+class RolloutBatch:
     """A step's episodes, their rollout's figures and how far behind each episode's policy is
     when it trains (0: on-policy)."""
 
     step: int
     episodes: list[Episode]
-    record: StepRecord
+    record: RLStepRecord
     lags: list[int] = field(default_factory=list)
 
 
@@ -65,9 +66,15 @@ def step_prompts(tasks: list[str], step: int, rl: RLConfig) -> list[str]:
     return [task for task in picks for _ in range(rl.rollouts_per_task)]
 
 
-def summarize(step: int, episodes: list[Episode], rollout_s: float, busy_s: float, group: int,
-              rl: RLConfig | None = None,
-              redrawn: list[Episode] | None = None) -> StepRecord:  # fmt: skip
+def summarize(
+    step: int,
+    episodes: list[Episode],
+    rollout_s: float,
+    busy_s: float,
+    group: int,
+    rl: RLConfig | None = None,
+    redrawn: list[Episode] | None = None,
+) -> RLStepRecord:
     """The step's rollout figures; generation is the model's busy time, the environment the
     rest of the rollout's wall time (sandboxes, tools, grading, on the critical path). Episodes
     come in groups of ``group`` consecutive ones; ``redrawn`` are the groups dynamic sampling
@@ -78,8 +85,8 @@ def summarize(step: int, episodes: list[Episode], rollout_s: float, busy_s: floa
     turns = sum(e.steps for e in scored)
     groups = [episodes[i : i + group] for i in range(0, len(episodes), group)]
     kept = [e for e in episodes if not e.infra_failure]  # the loss's: filtering masks of these
-    filtered = sum(e.hit_limit for e in kept) if rl and rl.compact_filtering else 0
-    return StepRecord(
+    filtered = sum(filtered_out(e, rl) for e in kept) if rl else 0
+    return RLStepRecord(
         step=step,
         episodes=len(drawn),
         infra_failures=len(drawn) - len(scored),
@@ -101,15 +108,24 @@ def summarize(step: int, episodes: list[Episode], rollout_s: float, busy_s: floa
 
 def trained_mask(episode: Episode, rl: RLConfig | None = None) -> list[int]:
     """1 on the tokens the policy generated, 0 on the environment's; all 0 for an episode the
-    machinery failed, that dynamic sampling masked, or that hit a limit when
-    ``rl.compact_filtering`` is on, so it trains nothing and counts in no loss normalisation."""
-    filtered = rl is not None and rl.compact_filtering and episode.hit_limit
+    machinery failed, that dynamic sampling masked, or that :func:`filtered_out` filters, so it
+    trains nothing and counts in no loss normalisation."""
+    filtered = rl is not None and filtered_out(episode, rl)
     dropped = episode.infra_failure or episode.masked or filtered
     return [0] * len(episode.response_ids) if dropped else episode.mask
 
 
-async def draw_group(draw: Callable[[], Awaitable[list[Episode]]],
-                     rounds: int) -> tuple[list[Episode], list[Episode]]:  # fmt: skip
+def filtered_out(episode: Episode, rl: RLConfig) -> bool:
+    """Whether a filter masks the episode out of the loss: ``rl.compact_filtering`` (DeepSWE's,
+    any limit: turns, tokens, time, context) or ``rl.objective.mask_truncated`` (DAPO's
+    overlong filtering, the length budgets only)."""
+    compact = rl.compact_filtering and episode.hit_limit
+    return compact or (rl.objective.mask_truncated and episode.truncated)
+
+
+async def draw_group(
+    draw: Callable[[], Awaitable[list[Episode]]], rounds: int
+) -> tuple[list[Episode], list[Episode]]:
     """A task's group from ``draw`` and, with dynamic sampling (``rounds`` > 0), drawn again up
     to ``rounds`` times while its outcomes do not differ (all resolved, or none): the kept group
     and the groups drawn before it. A group that never differs is masked: its advantages would
@@ -142,21 +158,29 @@ class Rollouts:
     LocalGenerator or a ServedPolicy; ``weights`` is where a served policy's refreshes are
     written (None with a local generator)."""
 
-    def __init__(self, tasks: dict[str, Instance], env: EpisodeEnv, encoder: ChatEncoder,
-                 rl: RLConfig, generator: Any, folder: Path,
-                 weights: WeightFolders | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tasks: dict[str, Instance],
+        env: EpisodeEnv,
+        encoder: ChatEncoder,
+        rl: RLConfig,
+        generator: Any,
+        folder: Path,
+        weights: WeightFolders | None = None,
+    ) -> None:
         self.tasks, self.env, self.encoder, self.rl = tasks, env, encoder, rl
         self.generator, self.folder, self.weights = generator, folder, weights
-        self.ahead = rl.max_staleness > 0
+        self.ahead = rl.trl.max_staleness > 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rollouts", daemon=True)
         self._changed = threading.Condition()
         self._version = 0  # the trainer's: updates done
         self._published = -1  # the newest version written to ``weights`` (asynchronous steps)
         self._model: Any = None
-        self._done: dict[int, Batch] = {}
+        self._done: dict[int, RolloutBatch] = {}
         self._failure: BaseException | None = None  # what stopped the producer
         self._closing = False
+        self._serving = asyncio.Lock()  # a step's episodes or a validation's, not both at once
 
     def start(self, version: int, model: Any, last_step: int) -> None:
         """The trainer begins after ``version`` updates (0, or the step it resumed from)."""
@@ -170,7 +194,7 @@ class Rollouts:
                 self._published = 0
             self._submit(self._produce(version + 1, last_step))
 
-    def take(self, step: int) -> Batch:
+    def take(self, step: int) -> RolloutBatch:
         """Step ``step``'s episodes, once they are all done (waiting for them if need be)."""
         began = time.perf_counter()
         try:
@@ -246,44 +270,104 @@ class Rollouts:
                 self._changed.notify_all()
             raise
 
-    def _wait_for(self, step: int) -> Batch:
+    def _wait_for(self, step: int) -> RolloutBatch:
         with self._changed:
             self._changed.wait_for(lambda: step in self._done or self._failure is not None)
             if step not in self._done:
                 raise self._failure  # type: ignore[misc]
             return self._done.pop(step)
 
-    async def _batch(self, step: int) -> Batch:
+    async def _batch(self, step: int) -> RolloutBatch:
         sync_s = await asyncio.to_thread(self._refresh, step)
         generator = self.generator
-        version, busy, tokens = generator.version, generator.busy_s, generator.generated
-        began = time.perf_counter()
         size, rounds = self.rl.rollouts_per_task, self.rl.dynamic_sampling_rounds
         prompts = step_prompts(list(self.tasks), step, self.rl)
         groups = [prompts[i : i + size] for i in range(0, len(prompts), size)]
-        draws = await asyncio.gather(
-            *(draw_group(functools.partial(self._episodes, group, version), rounds)
-              for group in groups)
-        )  # fmt: skip
+        async with self._serving:  # a validation may have loaded newer weights meanwhile
+            version, busy, tokens = generator.version, generator.busy_s, generator.generated
+            began = time.perf_counter()
+            draws = await asyncio.gather(
+                *(
+                    draw_group(functools.partial(self._episodes, group, version), rounds)
+                    for group in groups
+                )
+            )
         episodes = [e for kept, _ in draws for e in kept]
         redrawn = [e for _, earlier in draws for e in earlier]
-        record = summarize(step, episodes, time.perf_counter() - began,
-                           generator.busy_s - busy, size, self.rl, redrawn)  # fmt: skip
+        record = summarize(
+            step,
+            episodes,
+            time.perf_counter() - began,
+            generator.busy_s - busy,
+            size,
+            self.rl,
+            redrawn,
+        )
         record.tokens = generator.generated - tokens
         record.weight_sync_s = round(sync_s, 3)
         record.policy_version = version
         save_episodes(episodes, self.folder / f"step-{step:04d}")
         if redrawn:
             save_episodes(redrawn, self.folder / f"step-{step:04d}" / "redrawn")
-        return Batch(step, episodes, record)
+        return RolloutBatch(step, episodes, record)
 
     async def _episodes(self, prompts: list[str], version: int) -> list[Episode]:
-        jobs = [run_episode(self.tasks[p], self.env, self.encoder, self.generator, self.rl,
-                            name=f"policy@{version}") for p in prompts]  # fmt: skip
+        jobs = [
+            run_episode(
+                self.tasks[p],
+                self.env,
+                self.encoder,
+                self.generator,
+                self.rl,
+                name=f"policy@{version}",
+            )
+            for p in prompts
+        ]
         episodes = list(await asyncio.gather(*jobs))
         for episode in episodes:
             episode.policy_version = version
         return episodes
+
+    def validate(
+        self, version: int, tasks: list[Instance], settings: ValidationSettings
+    ) -> list[Episode]:
+        """rl.validation's episodes of the policy after update ``version``: each task
+        ``settings.samples`` times at the validation's temperature, by the trainer's current
+        weights (a served policy loads them first, whatever ``trl.weight_sync_every`` says),
+        never while a step's episodes generate; the trajectories go to
+        ``<work>/validation/step-N``. The trainer waits for them."""
+        try:
+            return self._submit(self._validate(version, tasks, settings)).result()
+        except KeyboardInterrupt:
+            interrupt()
+            raise
+
+    async def _validate(
+        self, version: int, tasks: list[Instance], settings: ValidationSettings
+    ) -> list[Episode]:
+        generate = functools.partial(self.generator, temperature=settings.temperature)
+        async with self._serving:
+            await asyncio.to_thread(self._load, version)
+            jobs = [
+                run_episode(task, self.env, self.encoder, generate, self.rl, f"policy@{version}")
+                for task in tasks
+                for _ in range(settings.samples)
+            ]
+            episodes = list(await asyncio.gather(*jobs))
+        save_episodes(episodes, self.folder.parent / "validation" / f"step-{version:04d}")
+        return episodes
+
+    def _load(self, version: int) -> None:
+        """A served policy's weights brought to the trainer's ``version`` (its model is still:
+        the trainer waits for the validation)."""
+        served = self.generator
+        if not isinstance(served, ServedPolicy) or self.weights is None:
+            return
+        if served.version != version:
+            if not self.ahead:  # asynchronous steps published it when the update ended
+                self.weights.publish(self._model, version)
+            served.load(self.weights.path(version), version)
+            self.weights.prune(below=version)
 
     def _refresh(self, step: int) -> float:
         """Bring a served policy's weights up to date for step ``step`` when due; the seconds
@@ -299,7 +383,7 @@ class Rollouts:
                 return 0.0
             newest = self._published if self.ahead else self._version
         behind = newest - served.version
-        if served.version >= needed and behind < self.rl.weight_sync_every:
+        if served.version >= needed and behind < self.rl.trl.weight_sync_every:
             return 0.0
         began = time.perf_counter()
         if not self.ahead:  # the trainer waits in take(): its model is still

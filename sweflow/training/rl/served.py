@@ -37,6 +37,7 @@ from sweflow.serving.weight_reload import EXTENSION, METHOD
 from sweflow.training.rl.backend import RLError
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.generation import BusyClock
+from sweflow.training.rl.lora import save_merged
 
 SERVED_NAME = "policy"
 REQUEST_TIMEOUT_S = 900.0  # one reply of a busy CPU server
@@ -60,16 +61,25 @@ class ServedPolicy:
     def busy_s(self) -> float:
         return self.clock.busy_s
 
-    async def __call__(self, ids: list[int], max_new: int) -> tuple[list[int], list[float]]:
+    async def __call__(
+        self, ids: list[int], max_new: int, temperature: float | None = None
+    ) -> tuple[list[int], list[float]]:
+        """Sampled at ``temperature`` (default: the generator's; 0: greedy)."""
         import httpx
 
         if self._client is None:
             self._client = httpx.AsyncClient(base_url=self.base_url, timeout=REQUEST_TIMEOUT_S)
         body = {
-            "model": SERVED_NAME, "prompt": ids, "max_tokens": max_new,
-            "temperature": self.temperature, "top_p": 1.0, "top_k": -1,
-            "logprobs": 0, "return_token_ids": True, "skip_special_tokens": False,
-        }  # fmt: skip
+            "model": SERVED_NAME,
+            "prompt": ids,
+            "max_tokens": max_new,
+            "temperature": self.temperature if temperature is None else temperature,
+            "top_p": 1.0,
+            "top_k": -1,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+        }
         with self.clock:
             response = await self._client.post("/completions", json=body)
         response.raise_for_status()
@@ -124,7 +134,7 @@ class WeightFolders:
         target = self.path(version)
         partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        model.save_pretrained(str(partial), safe_serialization=True)
+        save_merged(model, partial)  # a LoRA policy is served merged (sweflow.training.rl.lora)
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)
         return time.perf_counter() - began
@@ -165,22 +175,34 @@ def serve_policy(policy: Path, rl: RLConfig, log: Path, *, gpu: bool) -> Iterato
     """A vLLM server of ``policy`` for the run's rollouts, stopped when the block ends."""
     package_root = str(Path(sweflow.__file__).resolve().parents[1])  # the extension's import
     pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-    args = ["--dtype", "bfloat16" if gpu else "float32", "--logprobs-mode", "processed_logprobs",
-            "--worker-extension-cls", EXTENSION, "--seed", str(rl.seed)]  # fmt: skip
+    args = [
+        "--dtype",
+        "bfloat16" if gpu else "float32",
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--worker-extension-cls",
+        EXTENSION,
+        "--seed",
+        str(rl.seed),
+    ]
     if gpu:  # the trainer shares the GPU
         args += ["--gpu-memory-utilization", "0.3"]
     cfg = ServeConfig(
-        model=policy, served_name=SERVED_NAME, port=free_port(), tool_parser=None,
-        max_model_len=rl.max_prompt_length + rl.max_response_length, extra_args=args,
+        model=policy,
+        served_name=SERVED_NAME,
+        port=free_port(),
+        tool_parser=None,
+        max_model_len=rl.max_prompt_length + rl.max_response_length,
+        extra_args=args,
         env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": pythonpath},
-    )  # fmt: skip
+    )
     with contextlib.ExitStack() as stack:
         try:
             served = stack.enter_context(vllm_server(cfg, log))
         except ServeError as exc:
             raise RLError(
-                f"rl.rollout vllm: the vLLM server of the policy did not start ({exc}); set "
-                "rl.rollout: hf (sweflow train rl --set rollout=hf) to generate in the trainer's "
-                "process instead"
+                f"rl.trl.rollout vllm: the vLLM server of the policy did not start ({exc}); set "
+                "rl.trl.rollout: hf (sweflow train rl --set trl.rollout=hf) to generate in the "
+                "trainer's process instead"
             ) from exc
         yield ServedPolicy(served.base_url, rl.temperature)

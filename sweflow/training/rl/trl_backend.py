@@ -2,7 +2,7 @@
 
 TRL calls :func:`make_rollout`'s function once per step; it returns the step's episodes of the
 sweflow agent (sweflow.training.rl.rollouts: which tasks, generated when and by which policy
-version). With ``rl.rollout`` vllm the policy is served by one vLLM server for the run
+version). With ``rl.trl.rollout`` vllm the policy is served by one vLLM server for the run
 (sweflow.training.rl.served) whose weights follow the trainer's; with hf it generates in this
 process, one generation at a time. TRL gets the episode's first prompt as ``prompt_ids``,
 everything after it as ``completion_ids`` with ``env_mask`` zero on the observation tokens, the
@@ -13,8 +13,12 @@ gives no advantage, and every token of it masked, so it counts in no loss normal
 (as is an episode that hit a limit, under ``rl.compact_filtering``). TRL's prompts only count the
 step's episodes: the tasks are the schedule's, the same however the episodes generate.
 
-Per step, the rollout's figures and the update's time and loss go to ``metrics.jsonl``,
-TensorBoard and ``rl.png``; checkpoints every ``checkpoint_every`` steps, and a killed run
+Per step, the rollout's figures and the update's time and loss go to ``metrics.jsonl``, TensorBoard,
+the tracking run (``rl/...``) and ``rl.png``, and so does ``rl.validation`` when due: after the
+update, the trainer waits while the current policy plays the validation tasks
+(sweflow.training.rl.validation). TRL's own metrics go to TensorBoard and, through its
+``report_to``, to MLflow and W&B (transformers' callbacks, logging to the run this process holds
+active); checkpoints every ``checkpoint_every`` steps, and a killed run
 resumes from the last one. The result is a Hugging Face folder published whole.
 """
 
@@ -32,19 +36,21 @@ from typing import Any
 
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.output import model_card, publish
-from sweflow.training.rl.backend import RLError, RLInterrupted, RLRun, StepProgress
+from sweflow.training.rl.backend import OnRLStep, RLError, RLInterrupted, RLRun
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.generation import LocalGenerator
+from sweflow.training.rl.lora import peft_config, save_merged
 from sweflow.training.rl.result import (
     RLResult,
-    StepRecord,
+    RLStepRecord,
     plot_curves,
     published,
     read_records,
 )
 from sweflow.training.rl.rollouts import Rollouts, trained_mask
 from sweflow.training.rl.served import serve_policy, weight_folders
-from sweflow.training.rl.trl_loss import grpo_trainer_class
+from sweflow.training.rl.trl_loss import grpo_trainer_class, trl_loss_type
+from sweflow.training.rl.validation import measure, read, write
 from sweflow.training.workdir import resume_point
 
 
@@ -57,21 +63,28 @@ class TRLBackend:
     def resume(self, run: RLRun) -> Path | None:
         checkpoints = run.work / "checkpoints"
         last = last_checkpoint(checkpoints)
-        stale = [checkpoints, run.work / "tensorboard", run.work / "rollouts",
-                 run.work / "metrics.jsonl"]  # fmt: skip
+        stale = [
+            checkpoints,
+            run.work / "tensorboard",
+            run.work / "rollouts",
+            run.work / "validation",
+            run.work / "metrics.jsonl",
+        ]
         return resume_point(run.work, run.inputs, last, stale)
 
-    def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
+    def train(self, run: RLRun, resume: Path | None, progress: OnRLStep | None) -> RLResult:
         import torch
 
         with contextlib.ExitStack() as stack:
             served = None
-            if run.rl.rollout == "vllm":  # first: a server that cannot start fails fast
+            if run.rl.trl.rollout == "vllm":  # first: a server that cannot start fails fast
                 log = run.work / "vllm.log"
                 served = stack.enter_context(
                     serve_policy(run.policy, run.rl, log, gpu=torch.cuda.is_available())
                 )
             trainer, tokenizer, records = _trainer(run, served, stack, progress)
+            if run.tracking is not None:  # transformers' callbacks log to the active run
+                stack.enter_context(run.tracking.active())
             began = time.monotonic()
             try:
                 trainer.train(resume_from_checkpoint=str(resume) if resume else None)
@@ -107,8 +120,9 @@ def last_checkpoint(folder: Path) -> Path | None:
     return whole
 
 
-def _trainer(run: RLRun, served: Any, stack: contextlib.ExitStack,
-             progress: StepProgress | None) -> tuple[Any, Any, list[StepRecord]]:  # fmt: skip
+def _trainer(
+    run: RLRun, served: Any, stack: contextlib.ExitStack, progress: OnRLStep | None
+) -> tuple[Any, Any, list[RLStepRecord]]:
     """TRL's trainer for ``run``, its episodes from ``served`` (a ServedPolicy) or, when None,
     from the model it trains."""
     import torch
@@ -134,20 +148,23 @@ def _trainer(run: RLRun, served: Any, stack: contextlib.ExitStack,
     prompts = list(tasks) * -(-rl.tasks_per_step // len(tasks))
     rollouts = Rollouts(tasks, run.env, encoder, rl, generator, work / "rollouts", weights)
     stack.callback(rollouts.close)
-    records: list[StepRecord] = []
+    records: list[RLStepRecord] = []
     ratios: list[tuple[int, float]] = []
     idle: list[int] = []
+    report_to = run.tracking.report_to() if run.tracking else []
+    callbacks = [_metrics_callback(records, (ratios, idle), rollouts, run, progress)]
+    if run.tensorboard:
+        callbacks.append(trl_tensorboard(work / "tensorboard" / "trl"))
     trainer = grpo_trainer_class()(
         model=model,
         reward_funcs=[env_reward],
-        args=grpo_arguments(rl, work / "checkpoints", cpu),
+        args=grpo_arguments(rl, work / "checkpoints", cpu, report_to),
         train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
         processing_class=tokenizer,
         rollout_func=make_rollout(rollouts, records, encoder.tokenizer.eos_token_id, rl),
-        callbacks=[
-            _metrics_callback(records, (ratios, idle), rollouts, work, rl, progress),
-            trl_tensorboard(work / "tensorboard" / "trl"),
-        ],  # fmt: skip
+        callbacks=callbacks,
+        peft_config=peft_config(rl.lora) if rl.lora.enabled else None,
+        rl=rl,
         ratios=ratios,
         idle=idle,
     )
@@ -160,26 +177,34 @@ def _publish(run: RLRun, trainer: Any, tokenizer: Any, seconds: float, cpu: bool
     """The trained policy as a Hugging Face folder in ``run.out``, with its record."""
     work, rl = run.work, run.rl
     result = RLResult(
-        model=str(run.out), base_model=run.base_model, backend="trl",
-        inputs_digest=run.inputs, tasks=len(run.tasks), steps=trainer.state.global_step,
-        records=read_records(work / "metrics.jsonl"), train_seconds=seconds,
+        model=str(run.out),
+        base_model=run.base_model,
+        backend="trl",
+        inputs_digest=run.inputs,
+        tasks=len(run.tasks),
+        steps=trainer.state.global_step,
+        records=read_records(work / "metrics.jsonl"),
+        train_seconds=seconds,
         tensorboard=str(work / "tensorboard"),
-    )  # fmt: skip
+    )
     result.infra_failures = sum(r["infra_failures"] for r in result.records)
     final = work / "final"
     shutil.rmtree(final, ignore_errors=True)
-    trainer.save_model(str(final))
+    save_merged(trainer.model, final)  # a LoRA policy with its adapter folded in
     tokenizer.save_pretrained(str(final))
-    plot = plot_curves(result.records, work / "rl.png")
+    result.validation = read(work / "metrics.jsonl")
+    plot = plot_curves(result.records, work / "rl.png", result.validation)
     result.curves = str(plot) if plot else None
-    publish(final, run.policy, run.out, "fp32" if cpu else "bf16", result.to_dict(),
-            _card(result, rl))  # fmt: skip
+    publish(
+        final, run.policy, run.out, "fp32" if cpu else "bf16", result.to_dict(), _card(result, rl)
+    )
     shutil.rmtree(final, ignore_errors=True)
     return result
 
 
-def make_rollout(rollouts: Rollouts, records: list[StepRecord], eos: int,
-                 rl: RLConfig) -> Callable[[list[str], Any], dict[str, Any]]:  # fmt: skip
+def make_rollout(
+    rollouts: Rollouts, records: list[RLStepRecord], eos: int, rl: RLConfig
+) -> Callable[[list[str], Any], dict[str, Any]]:
     """TRL's ``rollout_func``: the step's episodes (TRL's prompts, instance ids repeated once
     per rollout, only count them), and the step's rollout figures appended to ``records``."""
 
@@ -206,7 +231,11 @@ def env_reward(completions: list[Any], env_reward: list[float | None], **_: Any)
     return list(env_reward)
 
 
-def grpo_arguments(rl: RLConfig, checkpoints: Path, cpu: bool) -> Any:
+def grpo_arguments(
+    rl: RLConfig, checkpoints: Path, cpu: bool, report_to: list[str] | None = None
+) -> Any:
+    """TRL's settings for ``rl``; ``report_to``: transformers' names of the trackers its own
+    metrics go to (TensorBoard is trl_tensorboard's, in the run's folder)."""
     from trl import GRPOConfig
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -221,8 +250,13 @@ def grpo_arguments(rl: RLConfig, checkpoints: Path, cpu: bool) -> Any:
         max_steps=rl.steps,
         learning_rate=rl.learning_rate,
         lr_scheduler_type="constant",
+        # beta: TRL keeps the reference model; the KL term is sweflow's (trl_loss), as are the
+        # advantages (scale_rewards only sets what TRL logs)
         beta=rl.kl_coef,
         scale_rewards=rl.scale_advantages,
+        epsilon=rl.objective.epsilon,
+        epsilon_high=rl.objective.upper,
+        loss_type=trl_loss_type(rl.objective.loss_aggregation),
         temperature=rl.temperature,
         max_completion_length=rl.max_response_length,
         use_cpu=cpu,
@@ -231,7 +265,7 @@ def grpo_arguments(rl: RLConfig, checkpoints: Path, cpu: bool) -> Any:
         logging_steps=1,
         save_strategy="steps",
         save_steps=rl.checkpoint_every,
-        report_to=[],  # TRL's own metrics go to TensorBoard through trl_tensorboard()
+        report_to=report_to or [],
         seed=rl.seed,
         remove_unused_columns=False,
     )
@@ -245,24 +279,47 @@ def trl_tensorboard(folder: Path) -> Any:
     return TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(folder)))
 
 
-def _metrics_callback(records: list[StepRecord],
-                      passes: tuple[list[tuple[int, float]], list[int]], rollouts: Rollouts,
-                      work: Path, rl: RLConfig, progress: StepProgress | None) -> Any:  # fmt: skip
+def _metrics_callback(
+    records: list[RLStepRecord],
+    passes: tuple[list[tuple[int, float]], list[int]],
+    rollouts: Rollouts,
+    run: RLRun,
+    progress: OnRLStep | None,
+) -> Any:
     from torch.utils.tensorboard import SummaryWriter
     from transformers import TrainerCallback
 
     ratios, idle = passes  # the trainer's, per episode trained and per episode skipped
+    work, rl, checking = run.work, run.rl, run.rl.validation
+    tracking = run.tracking
 
     class Metrics(TrainerCallback):
         """Starts the rollouts, tells them of each update, completes each step's rollout
-        figures with the update's and writes them out."""
+        figures with the update's and writes them out; measures rl.validation when due."""
 
         def __init__(self) -> None:
-            self.writer = SummaryWriter(log_dir=str(work / "tensorboard" / "sweflow"))
+            folder = work / "tensorboard" / "sweflow"
+            self.writer = SummaryWriter(log_dir=str(folder)) if run.tensorboard else None
             self.began = 0.0
+
+        def validate(self, version: int) -> None:
+            """The validation tasks' episodes by the policy after update ``version``."""
+            began = time.perf_counter()
+            episodes = rollouts.validate(version, run.val_tasks, checking)
+            outcomes = [(e.instance_id, None if e.infra_failure else e.resolved) for e in episodes]
+            record = measure(version, outcomes, checking.samples, time.perf_counter() - began)
+            write(record, work / "metrics.jsonl", self.writer)
+            if tracking is not None:  # as TensorBoard's val/pass@k, under the stage's prefix
+                row = record.row()
+                figures = {f"val/pass@{k}": value for k, value in row["pass_at"].items()}
+                figures["val/infra_failures"] = row["infra_failures"]
+                tracking.metrics("rl", figures, version)
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001
             rollouts.start(state.global_step, model, rl.steps)  # after a resume's checkpoint
+            measured = {row["step"] for row in read(work / "metrics.jsonl")}
+            if checking and checking.before_train and state.global_step not in measured:
+                self.validate(state.global_step)
 
         def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
             self.began = time.perf_counter()
@@ -278,6 +335,8 @@ def _metrics_callback(records: list[StepRecord],
                 spent = record.step_s - (record.wait_s or 0.0) - publish_s
                 record.update_s = round(max(0.0, spent), 3)
                 record.extra.update(importance(ratios), idle_episodes=len(idle))
+            if checking and checking.due(state.global_step, rl.steps):
+                self.validate(state.global_step)
 
         def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
             """The step's loss arrives in the log that follows its end: write the step out."""
@@ -290,15 +349,21 @@ def _metrics_callback(records: list[StepRecord],
             data = dataclasses.asdict(record)
             with (work / "metrics.jsonl").open("a") as fh:
                 fh.write(json.dumps(data) + "\n")
-            for key, value in [*data.items(), *data["extra"].items()]:
-                if isinstance(value, int | float) and key != "step":
-                    self.writer.add_scalar(f"sweflow/{key}", value, record.step)
-            self.writer.flush()
+            figures = {**data, **data["extra"]}
+            figures.pop("step")
+            if self.writer is not None:
+                for key, value in figures.items():
+                    if isinstance(value, int | float):
+                        self.writer.add_scalar(f"sweflow/{key}", value, record.step)
+                self.writer.flush()
+            if tracking is not None:
+                tracking.metrics("rl", figures, record.step)
             if progress is not None:
                 progress(record.step, rl.steps, record)
 
         def on_train_end(self, args, state, control, **kwargs):  # noqa: ANN001
-            self.writer.close()
+            if self.writer is not None:
+                self.writer.close()
 
     return Metrics()
 
@@ -323,9 +388,17 @@ def _card(result: RLResult, rl: RLConfig) -> str:
         f"{rl.format_error_penalty} per unparseable reply. Infrastructure failures were "
         "dropped, never trained on as 0."
     )
-    metrics = {"steps": result.steps, "mean reward, first quarter": first,
-               "mean reward, last quarter": last, "infrastructure failures": result.infra_failures,
-               "training time (s)": result.train_seconds}  # fmt: skip
-    return model_card(base=result.base_model, tags=["rl", rl.algorithm, result.backend],
-                      title=f"{Path(result.base_model).name}, RL (sweflow)", summary=summary,
-                      metrics=metrics)  # fmt: skip
+    metrics = {
+        "steps": result.steps,
+        "mean reward, first quarter": first,
+        "mean reward, last quarter": last,
+        "infrastructure failures": result.infra_failures,
+        "training time (s)": result.train_seconds,
+    }
+    return model_card(
+        base=result.base_model,
+        tags=["rl", rl.algorithm, result.backend],
+        title=f"{Path(result.base_model).name}, RL (sweflow)",
+        summary=summary,
+        metrics=metrics,
+    )

@@ -19,15 +19,43 @@ dynamic sampling), adds nothing to the gradient when no other term of the loss d
 KL penalty, entropy bonus or router loss): its forward and backward passes, most of a CPU step,
 are skipped and counted in ``idle``. The gradient is the same; a step whose every episode is idle
 changes no weight (the optimizer's moments are not applied to a zero gradient). "0" is below
-``IDLE``: the mean of 8 equal float32 rewards is off by 7e-9, which the group's tiny std scales
-to 7e-5.
+``IDLE``: a group of equal rewards has advantages of 0 up to float rounding (under 1e-11 for eight
+equal rewards, after GRPO's division by its 1e-4 epsilon).
+
+The ``rl.objective`` knobs (sweflow.training.rl.objective): the clip range and the loss
+aggregation are TRL's own (``epsilon``, ``epsilon_high``, ``loss_type``, see
+:func:`trl_loss_type`); the advantages are sweflow's (:func:`~sweflow.training.rl.formulas.
+group_advantages`: GRPO, Dr. GRPO or RLOO from the episodes' rewards, replacing TRL's, which
+knows GRPO only); the KL term is sweflow's too (TRL computes k3 only): TRL's ``beta`` makes it
+keep the reference model and its log-probabilities, and its own KL term is switched off while
+the loss is computed, replaced by ``rl.kl_coef`` times the chosen estimator, aggregated like the
+policy term.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from sweflow.training.rl.formulas import aggregate, group_advantages, kl_estimate
+
+if TYPE_CHECKING:
+    from sweflow.training.rl.config import RLConfig
 
 IDLE = 1e-3  # an advantage below this is a group of equal rewards, after float rounding
+
+
+# rl.objective.loss_aggregation -> TRL 1.16's GRPOConfig.loss_type that aggregates the same way
+# (luspo, at TRL's default token-level ratio, is the mean over episodes of each one's token sum)
+TRL_LOSS_TYPES = {
+    "token-mean": "dapo",
+    "seq-mean-token-mean": "grpo",
+    "seq-mean-token-sum": "luspo",
+    "seq-mean-token-sum-norm": "dr_grpo",
+}
+
+
+def trl_loss_type(aggregation: str) -> str:
+    return TRL_LOSS_TYPES[aggregation]
 
 
 def grpo_trainer_class() -> type:
@@ -38,15 +66,30 @@ def grpo_trainer_class() -> type:
     class SweflowGRPOTrainer(GRPOTrainer):
         """GRPO whose stale episodes are weighted by their sampled log-probabilities."""
 
-        def __init__(self, *args: Any, ratios: list[tuple[int, float]], idle: list[int],
-                     **kwargs: Any) -> None:  # fmt: skip
+        def __init__(
+            self,
+            *args: Any,
+            rl: RLConfig,
+            ratios: list[tuple[int, float]],
+            idle: list[int],
+            **kwargs: Any,
+        ) -> None:
             super().__init__(*args, **kwargs)
-            self.ratios, self.idle = ratios, idle
+            self.rl, self.ratios, self.idle = rl, ratios, idle
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict:
             output = super()._generate_and_score_completions(inputs)
+            device = self.accelerator.device
             lags = [int(row["policy_lag"]) for row in inputs]  # the rollout function's column
-            output["policy_lag"] = torch.tensor(lags, device=self.accelerator.device)
+            output["policy_lag"] = torch.tensor(lags, device=device)
+            rl = self.rl
+            advantages = group_advantages(
+                [row["env_reward"] for row in inputs],
+                rl.rollouts_per_task,
+                rl.algorithm,
+                scale=rl.scale_advantages == "group",
+            )
+            output["advantages"] = torch.tensor(advantages, dtype=torch.float32, device=device)
             return output
 
         def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
@@ -64,14 +107,41 @@ def grpo_trainer_class() -> type:
             behaviour = inputs["sampling_per_token_logps"] if int(lag) > 0 else None
             if behaviour is not None:
                 inputs = {**inputs, "old_per_token_logps": behaviour}
-            loss = super()._compute_loss(model, inputs)
+            beta, self.beta = self.beta, 0.0  # TRL's own KL term off: sweflow's replaces it
+            try:
+                loss = super()._compute_loss(model, inputs)
+            finally:
+                self.beta = beta
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+            if beta:
+                loss = loss + beta * self._kl_term(inputs, mask)
             current = self._current_logps.detach()
             old = current if behaviour is None else behaviour
-            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
             if mask.sum() > 0:  # an episode masked whole (dropped, filtered) trains nothing
                 ratio = (torch.exp(current - old) * mask).sum() / mask.sum()
                 self.ratios.append((int(lag), float(ratio)))
             return loss
+
+        def _kl_term(self, inputs: dict[str, Any], mask: Any) -> Any:
+            """The micro-batch's share of the step's KL term, aggregated like its policy term
+            (the normalisers are TRL's for its loss type), the mean KL logged as TRL logs it."""
+            objective = self.rl.objective
+            kl = kl_estimate(
+                self._current_logps, inputs["ref_per_token_logps"], objective.kl_estimator
+            )
+            accumulation = self.current_gradient_accumulation_steps
+            tokens = inputs["num_items_in_batch"] * accumulation / self.args.steps_per_generation
+            term = aggregate(
+                kl,
+                mask,
+                objective.loss_aggregation,
+                episodes=kl.size(0) * accumulation,
+                step_tokens=tokens,
+                horizon=self.max_completion_length,
+            )
+            seen = (kl.detach() * mask).sum() / mask.sum().clamp(min=1.0)
+            self._metrics["train"]["kl"].append(float(seen))
+            return term
 
         def _adds_nothing(self, inputs: dict[str, Any]) -> bool:
             """Whether the episode's gradient is 0 whatever its log-probabilities: its

@@ -1,20 +1,26 @@
 """The ``verl`` RL backend: verl's PPO trainer on GPUs with Ray, the rollouts sweflow episodes.
 
 Everything verl needs is written into ``<work>/verl`` before it starts: the train tasks as
-verl's parquet (one row per task, the agent loop's name on each row), the rollout context
-(the tasks and their specs, the layer store, agent and rl settings, the policy), the agent-loop
-YAML that points verl at sweflow.training.rl.verl_loop, and the trainer overrides from the ``rl``
-section, composed by verl's own Hydra config into ``verl_config.yaml`` (every key checked
-against verl's schema) and saved with ``launch.sh``, the command line a user can re-run by
-hand. verl is then launched with ``python -m verl.trainer.main_ppo`` on the local Ray or
-``rl.ray_address``; its last checkpoint is merged into a Hugging Face folder with
+verl's parquet (one row per task, the agent loop's name on each row) and, with
+``rl.validation``, the validation tasks' (``data.val_files``), the rollout context (the tasks
+and their specs, the layer store, agent and rl settings, the policy), the agent-loop YAML that
+points verl at sweflow.training.rl.verl_loop, and the trainer overrides (the ``rl`` section's,
+sweflow.training.rl.verl_schema, then the user's ``rl.verl.overrides``), composed by verl's own
+Hydra and checked by verl's own code (sweflow.training.rl.verl_config) into
+``verl_config.yaml`` and saved with ``launch.sh``, the command line a user can re-run by hand
+(:func:`preview` shows both without writing them: ``sweflow --dry-run train rl``). verl is
+then launched with ``python -m verl.trainer.main_ppo`` on the local Ray or
+``rl.verl.ray_address``; its last checkpoint is merged into a Hugging Face folder with
 ``python -m verl.model_merger``.
 
-The result is the same :class:`~sweflow.training.rl.result.RLResult` the trl backend returns:
-the run's inputs digest, and one record per step read from verl's own file logger
-(``trainer.logger`` ``file``, written to ``VERL_FILE_LOGGER_PATH``): reward, loss, turns and
-the time split that verl measures. A killed run resumes from verl's last checkpoint when its
-inputs are unchanged (verl's ``resume_mode=auto``), else starts over.
+The result is the same :class:`~sweflow.training.rl.result.RLResult` the trl backend returns: the
+run's inputs digest, and one record per step read from verl's own file logger (``trainer.logger``
+``file``, written to ``VERL_FILE_LOGGER_PATH``): reward, loss, turns and the time split that verl
+measures; and rl.validation's measurements, from verl's dump of its validation episodes
+(``trainer.validation_data_dir``). With a tracking run, verl's own loggers report to it too
+(``trainer.logger`` gains ``mlflow`` and ``wandb``; they resume the run through MLFLOW_RUN_ID and
+WANDB_RUN_ID, exported in ``launch.sh``). A killed run resumes from verl's last
+checkpoint when its inputs are unchanged (verl's ``resume_mode=auto``), else starts over.
 
 verl lives in its own environment (scripts/setup-verl.sh makes .venv-verl; SWEFLOW_VERL_PYTHON
 names another interpreter): its fastapi pin clashes with Prefect's.
@@ -22,6 +28,7 @@ names another interpreter): its fastapi pin clashes with Prefect's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -30,27 +37,33 @@ import subprocess
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweflow.agent.config import AgentConfig
 from sweflow.errors import ConfigError, SweflowError
-from sweflow.harness.specs import load_specs
+from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 from sweflow.training.output import RECORD
-from sweflow.training.rl.backend import RLRun, StepProgress
+from sweflow.training.rl.backend import OnRLStep, RLRun
 from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.lora import merge_adapter_folder
 from sweflow.training.rl.result import (
     RLResult,
-    StepRecord,
+    RLStepRecord,
     plot_curves,
     published,
     read_records,
 )
+from sweflow.training.rl.validation import measure, scalars
+from sweflow.training.rl.verl_schema import hydra_value, trainer_settings
 from sweflow.training.workdir import resume_point
+
+if TYPE_CHECKING:
+    from sweflow.tracking import TrackingRun
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT_NAME = "sweflow_swe"
-ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "ppo": "gae"}
+VALIDATION = "validation"  # trainer.validation_data_dir: verl's dump of the validation episodes
 TRACKER = "latest_checkpointed_iteration.txt"  # verl's record of its last checkpoint
 METRICS, EARLIER_METRICS = "metrics.jsonl", "metrics.earlier.jsonl"  # verl's file logger's
 STEP_TIMES = {"timing_s/step", "timing_s/gen"}  # in verl's log of every training step
@@ -61,10 +74,15 @@ class VerlError(SweflowError):
     """verl could not be prepared or run; the message names the step and its log."""
 
 
+def verl_python_path() -> Path:
+    """Where the interpreter of verl's environment is (or would be)."""
+    named = os.environ.get("SWEFLOW_VERL_PYTHON")
+    return Path(named) if named else ROOT / ".venv-verl" / "bin" / "python"
+
+
 def verl_python() -> Path:
     """The interpreter of verl's environment."""
-    named = os.environ.get("SWEFLOW_VERL_PYTHON")
-    python = Path(named) if named else ROOT / ".venv-verl" / "bin" / "python"
+    python = verl_python_path()
     if not python.is_file():
         raise ConfigError(
             f"rl.backend verl needs verl's environment: {python} does not exist (run "
@@ -73,7 +91,7 @@ def verl_python() -> Path:
     return python
 
 
-def write_inputs(tasks: list[Instance], folder: Path) -> Path:
+def write_inputs(tasks: list[Instance], folder: Path, name: str = "train") -> Path:
     """The tasks as verl's parquet: a ``prompt`` (the task's id as a user message: verl's dataset
     wants one; the agent loop builds the real prompt), the agent loop's name and the instance
     id. (The rollouts read the tasks themselves from the rollout context.)"""
@@ -90,7 +108,7 @@ def write_inputs(tasks: list[Instance], folder: Path) -> Path:
         }
         for i, task in enumerate(tasks)
     ]
-    parquet = folder / "train.parquet"
+    parquet = folder / f"{name}.parquet"
     Dataset.from_list(records).to_parquet(str(parquet))
     return parquet
 
@@ -103,8 +121,16 @@ def agent_workers(rl: RLConfig) -> int:
     return max(n for n in range(1, MAX_AGENT_WORKERS + 1) if batch % n == 0)
 
 
-def write_context(folder: Path, tasks: list[Instance], policy: Path, store: Path, specs: Path,
-                  agent: AgentConfig, rl: RLConfig, backend: str) -> Path:  # fmt: skip
+def write_context(
+    folder: Path,
+    tasks: list[Instance],
+    policy: Path,
+    store: Path,
+    specs: SpecTable,
+    agent: AgentConfig,
+    rl: RLConfig,
+    backend: str,
+) -> Path:
     """The rollout context file and the agent-loop YAML that names it; returns the YAML.
 
     verl's agent-loop workers run on every node and read that YAML by its path, as they read
@@ -114,13 +140,22 @@ def write_context(folder: Path, tasks: list[Instance], policy: Path, store: Path
     a node (verl spreads them round-robin), so that each bounds its open sandboxes to its share
     of the node's slots."""
     context = folder / "rollout.json"
-    per_node = -(-agent_workers(rl) // rl.nodes)
-    context.write_text(json.dumps({
-        "tasks": [task.model_dump(mode="json") for task in tasks], "policy": str(policy),
-        "store": str(store), "agent": agent.model_dump(mode="json"),
-        "specs": load_specs(specs).as_mapping({task.repo for task in tasks}),
-        "rl": rl.model_dump(mode="json"), "backend": backend, "workers_per_node": per_node,
-    }, indent=1))  # fmt: skip
+    per_node = -(-agent_workers(rl) // rl.verl.nodes)
+    context.write_text(
+        json.dumps(
+            {
+                "tasks": [task.model_dump(mode="json") for task in tasks],
+                "policy": str(policy),
+                "store": str(store),
+                "agent": agent.model_dump(mode="json"),
+                "specs": specs.as_mapping({task.repo for task in tasks}),
+                "rl": rl.model_dump(mode="json"),
+                "backend": backend,
+                "workers_per_node": per_node,
+            },
+            indent=1,
+        )
+    )
     loops = folder / "agent_loops.yaml"
     loops.write_text(
         f"- name: {AGENT_NAME}\n"
@@ -130,98 +165,148 @@ def write_context(folder: Path, tasks: list[Instance], policy: Path, store: Path
     return loops
 
 
-def overrides(rl: RLConfig, policy: Path, parquet: Path, loops: Path, work: Path) -> list[str]:
-    """verl's trainer settings from the ``rl`` section (Hydra overrides of ppo_trainer)."""
-    batch = rl.tasks_per_step
+def overrides(
+    rl: RLConfig,
+    policy: Path | str,
+    parquet: Path,
+    loops: Path,
+    work: Path,
+    val_parquet: Path | None = None,
+    tracking: TrackingRun | None = None,
+) -> list[str]:
+    """verl's trainer settings (Hydra overrides of ppo_trainer): what the ``rl`` section sets
+    (sweflow.training.rl.verl_schema.trainer_settings), the files sweflow writes, its loggers
+    from ``tracking``, then the user's ``rl.verl.overrides``."""
     settings = {
-        "algorithm.adv_estimator": ESTIMATORS[rl.algorithm],
-        "algorithm.use_kl_in_reward": False,
-        "algorithm.norm_adv_by_std_in_grpo": rl.scale_advantages == "group",
+        **trainer_settings(rl),
         "data.train_files": str(parquet),
-        "data.val_files": str(parquet),
-        "data.train_batch_size": batch,
-        "data.max_prompt_length": rl.max_prompt_length,
-        "data.max_response_length": rl.max_response_length,
-        "data.return_raw_chat": True,
-        "data.dataloader_num_workers": 0,
-        "data.seed": rl.seed,
+        "data.val_files": str(val_parquet or parquet),
         "actor_rollout_ref.model.path": str(policy),
-        "actor_rollout_ref.actor.optim.lr": rl.learning_rate,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": batch,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
-        "actor_rollout_ref.actor.use_kl_loss": rl.kl_coef > 0,
-        "actor_rollout_ref.actor.kl_loss_coef": rl.kl_coef,
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 1,
-        "actor_rollout_ref.rollout.name": "vllm",
-        "actor_rollout_ref.rollout.mode": "async",
-        "actor_rollout_ref.rollout.n": rl.rollouts_per_task,
-        "actor_rollout_ref.rollout.temperature": rl.temperature,
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": rl.tensor_parallel_size,
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 1,
-        "actor_rollout_ref.rollout.calculate_log_probs": True,
         "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(loops),
         "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
         "actor_rollout_ref.rollout.agent.num_workers": agent_workers(rl),
-        "trainer.total_training_steps": rl.steps,
-        "trainer.save_freq": rl.checkpoint_every,
-        "trainer.test_freq": -1,
-        "trainer.val_before_train": False,
-        "trainer.resume_mode": "auto",
-        "trainer.n_gpus_per_node": rl.gpus_per_node,
-        "trainer.nnodes": rl.nodes,
         "trainer.default_local_dir": str(work / "checkpoints"),
-        "trainer.logger": "[console,tensorboard,file]",  # file: VERL_FILE_LOGGER_PATH
-        "trainer.project_name": "sweflow",
-        "trainer.experiment_name": work.parent.name or "rl",
+        **logger_settings(tracking, work.parent.name or "rl"),
     }
+    if val_parquet is not None:
+        settings["trainer.validation_data_dir"] = str(work / VALIDATION)
     if rl.algorithm == "ppo":
         settings["critic.model.path"] = str(policy)
-        settings["critic.ppo_micro_batch_size_per_gpu"] = 1
-    if rl.ray_address:
-        settings["+ray_kwargs.ray_init.address"] = rl.ray_address
-    return [f"{key}={_value(value)}" for key, value in settings.items()]
+    return [f"{key}={hydra_value(value)}" for key, value in settings.items()] + list(
+        rl.verl.overrides
+    )
 
 
-def _value(value: object) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
+def logger_settings(tracking: TrackingRun | None, experiment: str) -> dict[str, object]:
+    """verl's loggers: its console, its file logger (VERL_FILE_LOGGER_PATH: sweflow's step
+    records), TensorBoard unless the tracking turns it off, and the run's MLflow and W&B. W&B's
+    project is verl's ``project_name``; MLflow's experiment is the run's own (MLFLOW_RUN_ID)."""
+    loggers = ["console", "file"]
+    project = "sweflow"
+    if tracking is None or tracking.tensorboard:
+        loggers.insert(1, "tensorboard")
+    if tracking is not None:
+        loggers += tracking.report_to()
+        experiment = tracking.name
+        if tracking.config.wandb is not None:
+            project = tracking.config.wandb.project
+    return {
+        "trainer.logger": loggers,
+        "trainer.project_name": project,
+        "trainer.experiment_name": experiment,
+    }
 
 
-def prepare(tasks: list[Instance], policy: Path, work: Path, rl: RLConfig, *, store: Path,
-            specs: Path, agent: AgentConfig, backend: str) -> list[str]:  # fmt: skip
-    """Write verl's inputs under ``work/verl`` and check the config with verl's own Hydra
-    (verl_config.yaml); returns the launch command, also saved as launch.sh."""
+def prepare(
+    tasks: list[Instance],
+    policy: Path,
+    work: Path,
+    rl: RLConfig,
+    *,
+    store: Path,
+    specs: SpecTable,
+    agent: AgentConfig,
+    backend: str,
+    val_tasks: list[Instance] | None = None,
+    env: dict[str, str] | None = None,
+    tracking: TrackingRun | None = None,
+) -> list[str]:
+    """Write verl's inputs under ``work/verl`` and compose and check the config with verl's own
+    Hydra and checks (verl_config.yaml); returns the launch command, also saved as launch.sh with
+    the environment verl's loggers read (``env``: the tracking run's)."""
     folder = work / "verl"
     parquet = write_inputs(tasks, folder)
-    loops = write_context(folder, tasks, policy, store, specs, agent, rl, backend)
-    settings = overrides(rl, policy, parquet, loops, folder)
-    python = str(verl_python())
-    composed = folder / "verl_config.yaml"
-    compose = [python, "-m", "sweflow.training.rl.verl_loop", "compose", str(composed), *settings]
-    _run(compose, folder / "compose.log", "composing its config")
-    command = [python, "-m", "verl.trainer.main_ppo", *settings]
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in logging_env(work).items())
-    (folder / "launch.sh").write_text(
+    val = write_inputs(val_tasks, folder, "val") if rl.validation and val_tasks else None
+    every = {t.instance_id: t for t in [*tasks, *(val_tasks or [])]}
+    loops = write_context(folder, list(every.values()), policy, store, specs, agent, rl, backend)
+    settings = overrides(rl, policy, parquet, loops, folder, val, tracking)
+    compose(settings, folder / "verl_config.yaml", folder / "compose.log")
+    command = [str(verl_python()), "-m", "verl.trainer.main_ppo", *settings]
+    (folder / "launch.sh").write_text(launch_script(command, work, env))
+    return command
+
+
+def launch_script(command: list[str], work: Path, env: dict[str, str] | None = None) -> str:
+    """launch.sh: verl's trainer as sweflow starts it (``env``: the tracking run's), for a
+    user to re-run by hand."""
+    exported = {**logging_env(work), **(env or {})}
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in exported.items())
+    return (
         "#!/usr/bin/env bash\n# verl's trainer on the rollouts of sweflow episodes\n"
         f"{exports}exec {shlex.join(command)}\n"
     )
-    return command
+
+
+def compose(settings: list[str], out: Path, log: Path) -> None:
+    """verl's config composed from ``settings`` and checked by verl's own code in its
+    environment (sweflow.training.rl.verl_config), saved to ``out``; a refusal is a
+    ConfigError of one line naming the key."""
+    argv = [str(verl_python()), "-m", "sweflow.training.rl.verl_config", "compose", str(out)]
+    try:
+        _run([*argv, *settings], log, "composing its config")
+    except VerlError:
+        refused = [line for line in log.read_text().splitlines() if line.startswith("error: ")]
+        if refused:
+            raise ConfigError(f"rl.verl: verl refused its config: {refused[-1][7:]}") from None
+        raise
+
+
+def preview(
+    rl: RLConfig, policy: str, work: Path, *, validation: bool, compose_in: Path | None
+) -> tuple[str | None, str]:
+    """What ``prepare`` would compose and launch, writing nothing under ``work``: verl's
+    composed config (None when verl's environment is missing or ``compose_in`` is None) and
+    launch.sh's text."""
+    folder = work / "verl"
+    val = folder / "val.parquet" if validation else None
+    settings = overrides(
+        rl, policy, folder / "train.parquet", folder / "agent_loops.yaml", folder, val
+    )
+    python = verl_python_path()
+    composed = None
+    if compose_in is not None and python.is_file():
+        compose(settings, compose_in / "verl_config.yaml", compose_in / "compose.log")
+        composed = (compose_in / "verl_config.yaml").read_text()
+    return composed, launch_script([str(python), "-m", "verl.trainer.main_ppo", *settings], work)
 
 
 def logging_env(work: Path) -> dict[str, str]:
     """Where verl's loggers write: TensorBoard, and its file logger's per-step metrics."""
-    return {"TENSORBOARD_DIR": str(work / "tensorboard"),
-            "VERL_FILE_LOGGER_PATH": str(work / "verl" / METRICS)}  # fmt: skip
+    return {
+        "TENSORBOARD_DIR": str(work / "tensorboard"),
+        "VERL_FILE_LOGGER_PATH": str(work / "verl" / METRICS),
+    }
 
 
-def launch(command: list[str], work: Path) -> Path:
-    """Run verl's trainer to the end; returns its last checkpoint's actor folder."""
+def launch(command: list[str], work: Path, env: dict[str, str] | None = None) -> Path:
+    """Run verl's trainer to the end (``env``: the tracking run's, for its loggers); returns
+    its last checkpoint's actor folder."""
     metrics = work / "verl" / METRICS
     if metrics.is_file():  # an earlier launch's steps: verl's file logger truncates its file
         with (work / "verl" / EARLIER_METRICS).open("a") as kept:
             kept.write(metrics.read_text())
-    _run(command, work / "verl" / "train.log", "training", env={**os.environ, **logging_env(work)})
+    environment = {**os.environ, **logging_env(work), **(env or {})}
+    _run(command, work / "verl" / "train.log", "training", env=environment)
     checkpoints = work / "verl" / "checkpoints"
     last = last_checkpoint(checkpoints)
     if last is None:
@@ -239,9 +324,22 @@ def merge(actor: Path, out: Path) -> Path:
     """verl's FSDP checkpoint as a Hugging Face folder (what ``infer`` serves)."""
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    _run([str(verl_python()), "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-          "--local_dir", str(actor), "--target_dir", str(partial)],
-         actor.parents[2] / "merge.log", "merging the checkpoint")  # fmt: skip
+    _run(
+        [
+            str(verl_python()),
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(actor),
+            "--target_dir",
+            str(partial),
+        ],
+        actor.parents[2] / "merge.log",
+        "merging the checkpoint",
+    )
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
     return out
@@ -250,15 +348,16 @@ def merge(actor: Path, out: Path) -> Path:
 def _run(argv: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False
+        )
     if done.returncode != 0:
         tail = log.read_text()[-2000:]
         raise VerlError(f"verl failed {what} (exit {done.returncode}); see {log}:\n{tail}")
 
 
 class VerlBackend:
-    """verl's PPO trainer in its own environment, on the local Ray or ``rl.ray_address``."""
+    """verl's PPO trainer in its own environment, on the local Ray or ``rl.verl.ray_address``."""
 
     def result(self, run: RLRun) -> RLResult | None:
         return published(run.out, run.inputs)
@@ -267,35 +366,62 @@ class VerlBackend:
         folder = run.work / "verl"
         checkpoints = folder / "checkpoints"
         stale = [checkpoints, run.work / "tensorboard", folder / METRICS, folder / EARLIER_METRICS]
+        stale.append(folder / VALIDATION)  # verl's dump of another attempt's validations
         return resume_point(run.work, run.inputs, last_checkpoint(checkpoints), stale)
 
-    def train(self, run: RLRun, resume: Path | None, progress: StepProgress | None) -> RLResult:
+    def train(self, run: RLRun, resume: Path | None, progress: OnRLStep | None) -> RLResult:
         """Prepare, launch, merge: ``run.out`` is the trained policy as a Hugging Face folder.
         verl resumes by itself (``trainer.resume_mode=auto``) from the checkpoint ``resume``
         found, the only one left in its folder."""
-        env = run.env
-        command = prepare(run.tasks, run.policy, run.work, run.rl, store=run.store,
-                          specs=run.specs, agent=env.agent, backend=run.backend)  # fmt: skip
+        tracked = run.tracking.env() if run.tracking else {}
+        command = prepare(
+            run.tasks,
+            run.policy,
+            run.work,
+            run.rl,
+            store=run.store,
+            specs=run.specs,
+            agent=run.env.agent,
+            backend=run.backend,
+            env=tracked,
+            tracking=run.tracking,
+            val_tasks=run.val_tasks,
+        )
         began = time.monotonic()
-        actor = launch(command, run.work)
+        with run.tracking.detached() if run.tracking else contextlib.nullcontext():
+            actor = launch(command, run.work, tracked)
         seconds = round(time.monotonic() - began, 1)
         merge(actor, run.out)
+        if run.rl.lora.enabled:  # verl's merger leaves the adapter beside the base weights
+            merge_adapter_folder(run.out)
         folder = run.work / "verl"
-        records = [asdict(step_record(line))
-                   for line in read_records(folder / EARLIER_METRICS, folder / METRICS)
-                   if STEP_TIMES <= line["data"].keys()]  # fmt: skip
-        plot = plot_curves(records, run.work / "rl.png")
+        records = [
+            asdict(step_record(line))
+            for line in read_records(folder / EARLIER_METRICS, folder / METRICS)
+            if STEP_TIMES <= line["data"].keys()
+        ]
+        validation = validation_records(folder / VALIDATION, run.rl)
+        write_metrics(records, validation, run.work)
+        plot = plot_curves(records, run.work / "rl.png", validation)
         result = RLResult(
-            model=str(run.out), base_model=run.base_model, backend="verl",
-            inputs_digest=run.inputs, tasks=len(run.tasks), steps=run.rl.steps, records=records,
-            infra_failures=None, train_seconds=seconds, curves=str(plot) if plot else None,
+            model=str(run.out),
+            base_model=run.base_model,
+            backend="verl",
+            inputs_digest=run.inputs,
+            tasks=len(run.tasks),
+            steps=run.rl.steps,
+            records=records,
+            infra_failures=None,
+            train_seconds=seconds,
+            curves=str(plot) if plot else None,
             tensorboard=str(run.work / "tensorboard"),
-        )  # fmt: skip
+            validation=validation,
+        )
         (run.out / RECORD).write_text(json.dumps(result.to_dict(), indent=1))
         return result
 
 
-def step_record(line: dict[str, Any]) -> StepRecord:
+def step_record(line: dict[str, Any]) -> RLStepRecord:
     """A step's figures from a line of verl 0.9.1's file logger, ``{"step": N, "data": {...}}``
     (verl/utils/tracking.py FileLogger; the metric names are those of its trainer's
     compute_data_metrics and compute_timing_metrics, and its actor's pg_loss). verl logs batch
@@ -304,13 +430,58 @@ def step_record(line: dict[str, Any]) -> StepRecord:
     data = line["data"]
     step_s, rollouts_s = data["timing_s/step"], data["timing_s/gen"]
     turns = data.get("num_turns/mean")  # SweflowAgentLoop's num_turns: 2 * agent steps + 1
-    return StepRecord(
-        step=int(line["step"]), episodes=None, infra_failures=None, refused=None,
+    return RLStepRecord(
+        step=int(line["step"]),
+        episodes=None,
+        infra_failures=None,
+        refused=None,
         zero_spread_groups=None,
-        mean_reward=data.get("critic/score/mean"), resolve_rate=None, valid_action_rate=None,
-        episode_turns=None if turns is None else (turns - 1) / 2, generated_tokens=None,
+        mean_reward=data.get("critic/score/mean"),
+        resolve_rate=None,
+        valid_action_rate=None,
+        episode_turns=None if turns is None else (turns - 1) / 2,
+        generated_tokens=None,
         generation_s=rollouts_s,  # the rollouts: generation, sandboxes and grading, overlapped
-        env_s=None, env_s_per_rollout=None, update_s=max(0.0, step_s - rollouts_s),
-        step_s=step_s, loss=data.get("actor/pg_loss"),
+        env_s=None,
+        env_s_per_rollout=None,
+        update_s=max(0.0, step_s - rollouts_s),
+        step_s=step_s,
+        loss=data.get("actor/pg_loss"),
         extra={k: v for k, v in data.items() if isinstance(v, int | float)},
-    )  # fmt: skip
+    )
+
+
+def validation_records(folder: Path, rl: RLConfig) -> list[dict]:
+    """rl.validation's measurements from verl's dump of its validation episodes
+    (``trainer.validation_data_dir``: one ``<step>.jsonl`` per validation, a line per episode
+    with the ``reward_extra_info`` of sweflow's agent loop), by sweflow's own estimator."""
+    if rl.validation is None or not folder.is_dir():
+        return []
+    rows = []
+    for path in sorted(
+        folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1
+    ):
+        if not path.stem.isdigit():
+            continue
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        outcomes = [
+            (line["instance_id"], None if line.get("infra_failure") else bool(line["resolved"]))
+            for line in lines
+        ]
+        rows.append(measure(int(path.stem), outcomes, rl.validation.samples, None).row())
+    return rows
+
+
+def write_metrics(records: list[dict], validation: list[dict], work: Path) -> None:
+    """sweflow's metrics.jsonl for a verl run (its step records and validation rows, as the trl
+    backend writes them) and the validation's ``val/pass@k`` in TensorBoard."""
+    with (work / "metrics.jsonl").open("w") as fh:
+        for row in [*records, *validation]:
+            fh.write(json.dumps(row) + "\n")
+    if validation:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(log_dir=str(work / "tensorboard" / "sweflow"))
+        for row in validation:
+            scalars(row, writer)
+        writer.close()

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import uuid
 from functools import cache
 from pathlib import Path
@@ -53,6 +52,7 @@ from sweflow.instances import Instance
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.episode import Episode, run_episode
+from sweflow.training.rl.rollouts import trained_mask
 from sweflow.training.rl.trainer import episode_env
 
 AGENT_NAME = "sweflow_swe"
@@ -100,8 +100,9 @@ class SweflowAgentLoop(AgentLoopBase):
             return list(out.token_ids), list(out.log_probs or [0.0] * len(out.token_ids))
 
         async with ctx.open:
-            episode = await run_episode(ctx.tasks[instance_id], ctx.env, ctx.encoder, generate,
-                                        ctx.rl)  # fmt: skip
+            episode = await run_episode(
+                ctx.tasks[instance_id], ctx.env, ctx.encoder, generate, ctx.rl
+            )
         return self.output(episode)
 
     def output(self, episode: Episode) -> AgentLoopOutput:
@@ -110,7 +111,7 @@ class SweflowAgentLoop(AgentLoopBase):
         width, limit = self.rollout_config.prompt_length, self.rollout_config.response_length
         overlong = len(episode.prompt_ids) > width
         failed = bool(episode.infra_failure) or overlong
-        mask = [0] * len(episode.response_ids) if failed else episode.mask
+        mask = [0] * len(episode.response_ids) if failed else trained_mask(episode, self.context.rl)
         info = {
             "instance_id": episode.instance_id,
             "resolved": float(episode.resolved),
@@ -129,7 +130,7 @@ class SweflowAgentLoop(AgentLoopBase):
             num_turns=2 * episode.steps + 1,
             metrics=AgentLoopMetrics(
                 generate_sequences=episode.generation_s, tool_calls=episode.env_s
-            ),  # fmt: skip
+            ),
             extra_fields={"reward_extra_info": info},
         )
 
@@ -144,8 +145,9 @@ class CompletionsServer:
         self.base_url, self.model = base_url, model
         self._client: Any = None
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int],
-                       sampling_params: dict[str, Any], **_: Any) -> TokenOutput:  # fmt: skip
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any
+    ) -> TokenOutput:
         body = {
             "model": self.model,
             "prompt": prompt_ids,
@@ -174,21 +176,3 @@ class CompletionsServer:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-
-
-def compose(out: Path, overrides: list[str]) -> None:
-    """verl's own trainer config with ``overrides`` applied, resolved and saved to ``out``: every
-    key is checked against verl's schema before anything is launched."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from omegaconf import OmegaConf
-
-    with initialize_config_module("verl.trainer.config", version_base=None):
-        config = hydra_compose("ppo_trainer", overrides=overrides)
-    out.write_text(OmegaConf.to_yaml(config))
-
-
-if __name__ == "__main__":  # python -m sweflow.training.rl.verl_loop compose OUT OVERRIDES...
-    if sys.argv[1:2] != ["compose"] or len(sys.argv) < 3:
-        sys.exit("usage: python -m sweflow.training.rl.verl_loop compose OUT [OVERRIDE...]")
-    compose(Path(sys.argv[2]), sys.argv[3:])

@@ -3,18 +3,38 @@ options. The torchtune recipe config is generated from it (sweflow.training.sft.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from sweflow.configfile import ConfigModel
+from sweflow.training.sft.sources.spec import DataSource
+
+# seen here: gloo starts and FSDP loads the checkpoint, then rank 0 fails in _setup_model
+CPU_DISTRIBUTED = (
+    "the distributed recipe does not run on a CPU: torchtune 0.6.1's full_finetune_distributed "
+    "logs memory stats on rank 0 unconditionally, which raises 'Logging memory stats is not "
+    "supported on CPU devices'; use one process (gpus: 1, nnodes: 1) on a CPU"
+)
 
 
-class SFTConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SFTConfig(ConfigModel):
     model: str | None = Field(
         None,
         description="the model to fine-tune: a Hugging Face folder, a bundled name or a Hub id; "
         "None: the pipeline's model.source",
+    )
+    data: list[DataSource] | None = Field(
+        None,
+        description="where the trajectories come from: files, Hugging Face ids, collect (the "
+        "run's collected ones), mixed by count or weight; None: collect's (the pipeline) or "
+        "--data (the CLI)",
+    )
+    tool_mode: Literal["tools", "text"] | None = Field(
+        None,
+        description="the student's tool mode, every row is converted to it; None: sweflow's rows "
+        "keep their own mode, other formats become tools mode (the pipeline: agent.tool_mode)",
     )
     method: Literal["full", "lora"] = "full"
     epochs: int = Field(1, ge=1)
@@ -48,7 +68,17 @@ class SFTConfig(BaseModel):
     lora_dropout: float = Field(0.0, ge=0, lt=1)
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda if present")
     dtype: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: fp32 CPU, bf16 GPU")
-    gpus: int = Field(1, ge=1, description="more than 1: torchtune's distributed recipe")
+    gpus: int = Field(
+        1, ge=1, description="processes (GPUs) a machine; more than 1: the distributed recipe"
+    )
+    nnodes: int = Field(
+        1, ge=1, description="machines; more than 1: the distributed recipe, started on each"
+    )
+    rdzv_endpoint: str | None = Field(
+        None,
+        description="host:port of the first machine, where the nodes meet (torchrun's c10d "
+        "rendezvous); needed with nnodes > 1",
+    )
     activation_checkpointing: bool = Field(
         True, description="less memory (135M model, 2,048 tokens: 3.8 vs 6.3 GB), 16% slower steps"
     )
@@ -60,8 +90,16 @@ class SFTConfig(BaseModel):
         "order; another seed permutes them, so a capped epoch trains others)",
     )
 
+    @property
+    def distributed(self) -> bool:
+        return self.gpus * self.nnodes > 1
+
     @model_validator(mode="after")
-    def _gpus_need_cuda(self) -> SFTConfig:
-        if self.gpus > 1 and self.device == "cpu":
-            raise ValueError("gpus > 1 runs the distributed recipe, which needs device cuda")
+    def _nodes_meet(self) -> SFTConfig:
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("nnodes > 1 needs rdzv_endpoint (host:port of the first machine)")
+        if self.distributed and self.device == "cpu":
+            raise ValueError(CPU_DISTRIBUTED)
+        if self.rdzv_endpoint and not re.fullmatch(r"[\w.-]+:\d+", self.rdzv_endpoint):
+            raise ValueError(f"rdzv_endpoint {self.rdzv_endpoint!r} is not host:port")
         return self

@@ -54,6 +54,7 @@ class DataReport:
     trained_tokens: int = 0
     sources: dict[str, int] = field(default_factory=dict)
     instances: list[str] = field(default_factory=list)  # the tasks the train split holds
+    drift_by_dataset: dict[str, int] = field(default_factory=dict)  # skipped_drift per --data
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,14 +85,14 @@ def read_records(path: Path, report: DataReport) -> list[dict[str, Any]]:
             except json.JSONDecodeError as exc:
                 report.malformed.append(f"line {number}: not JSON ({exc.msg})")
                 continue
-            if why := _record_problem(record):
+            if why := record_problem(record):
                 report.malformed.append(f"line {number}: {why}")
                 continue
             records.append(record)
     return records
 
 
-def _record_problem(record: Any) -> str | None:
+def record_problem(record: Any) -> str | None:
     """What makes a line no conversation to train on, naming the message; None if it is one."""
     if not isinstance(record, dict):
         return "not a JSON object"
@@ -151,6 +152,8 @@ def tokenize_records(
         except (DriftError, ChatTemplateError) as exc:
             report.skipped_drift += 1
             report.malformed.append(f"{record.get('instance_id', '?')}: {exc}")
+            dataset = str(record.get("dataset", ""))
+            report.drift_by_dataset[dataset] = report.drift_by_dataset.get(dataset, 0) + 1
             continue
         sequences = [(encoded.tokens, _labels(encoded.tokens, encoded.trained))]
         if len(encoded.tokens) > max_seq_len:
@@ -173,8 +176,13 @@ def _labels(tokens: list[int], trained: list[bool]) -> list[int]:
     return [t if keep else IGNORE for t, keep in zip(tokens, trained, strict=True)]
 
 
-def _fitted(record: dict[str, Any], encoder: ChatEncoder, max_seq_len: int, overlength: str,
-            report: DataReport) -> list[tuple[list[int], list[int]]]:  # fmt: skip
+def _fitted(
+    record: dict[str, Any],
+    encoder: ChatEncoder,
+    max_seq_len: int,
+    overlength: str,
+    report: DataReport,
+) -> list[tuple[list[int], list[int]]]:
     """A conversation over ``max_seq_len`` as sequences that fit (sweflow.training.sft.windows),
     or none (skipped)."""
     messages, tools = record["messages"], record.get("tools")
@@ -268,15 +276,17 @@ def _why_none_left(report: DataReport, held: int, max_seq_len: int) -> str:
     """What took each conversation out, with the setting to change for each cause."""
     causes = []
     if report.skipped_overlength:
-        causes.append(f"{report.skipped_overlength} over max_seq_len {max_seq_len} "
-                      "(raise sft.max_seq_len)")  # fmt: skip
+        causes.append(
+            f"{report.skipped_overlength} over max_seq_len {max_seq_len} (raise sft.max_seq_len)"
+        )
     if held:
         causes.append(f"{held} held out (lower sft.heldout_fraction)")
     if report.left_out:
         causes.append(f"{report.left_out} with more sequences than sft.max_sequences (raise it)")
     if report.skipped_drift:
-        causes.append(f"{report.skipped_drift} not renderable as served: "
-                      f"{_first(report.malformed)}")  # fmt: skip
+        causes.append(
+            f"{report.skipped_drift} not renderable as served: {_first(report.malformed)}"
+        )
     if report.skipped_untrained:
         causes.append(f"{report.skipped_untrained} with no assistant token left to train")
     return ": " + "; ".join(causes) if causes else ""

@@ -21,9 +21,11 @@ def mean_loss(model: Path, examples: list[Example]) -> float:
             labels = torch.tensor([example.labels[1:] + [IGNORE]])
             logits = net(ids).logits
             losses = torch.nn.functional.cross_entropy(
-                logits.view(-1, logits.size(-1)), labels.view(-1),
-                ignore_index=IGNORE, reduction="sum",
-            )  # fmt: skip
+                logits.view(-1, logits.size(-1)),
+                labels.view(-1),
+                ignore_index=IGNORE,
+                reduction="sum",
+            )
             total += float(losses)
             count += int((labels != IGNORE).sum())
     return total / max(count, 1)

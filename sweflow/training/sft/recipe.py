@@ -21,15 +21,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from sweflow.errors import InfrastructureError, SweflowError
-from sweflow.training.sft.architectures import checkpoint_model_type
-from sweflow.training.sft.config import SFTConfig
+from sweflow.errors import ConfigError, InfrastructureError, SweflowError
+from sweflow.training.sft.architectures import checkpointer
+from sweflow.training.sft.config import CPU_DISTRIBUTED, SFTConfig
 from sweflow.training.workdir import last_attempt, record_attempt
 
 COMPONENTS = "sweflow.training.sft.torchtune_components"
@@ -37,7 +37,7 @@ LORA_MODULES = ["q_proj", "k_proj", "v_proj", "output_proj"]
 RECIPE_STATE = Path("recipe_state") / "recipe_state.pt"
 OOM_SIGNS = ("out of memory", "cannot allocate memory", "killed", "memoryerror")
 
-StepProgress = Callable[[int, int, dict[str, float]], None]  # (step, total steps, metrics)
+OnSFTStep = Callable[[int, int, dict[str, float]], None]  # (step, total steps, metrics)
 
 
 class TrainingError(SweflowError):
@@ -64,7 +64,7 @@ def last_epoch_dir(checkpoints: Path) -> Path:
 
 
 @dataclass(frozen=True)
-class Plan:
+class RecipePlan:
     """Where one fine-tune reads and writes, and how it runs."""
 
     model: Path  # the Hugging Face folder trained from
@@ -73,6 +73,9 @@ class Plan:
     work_dir: Path  # recipe.yaml, checkpoints/, tensorboard/, metrics.jsonl, train.log
     device: str
     dtype: str
+    tensorboard: bool = True
+    # torchtune's MLFlowLogger and WandBLogger arguments, by name: the stage's tracking run
+    trackers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def checkpoints(self) -> Path:
@@ -94,16 +97,18 @@ def resolve_device(config: SFTConfig) -> tuple[str, str]:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if config.distributed and device == "cpu":
+        raise ConfigError(CPU_DISTRIBUTED)
     dtype = config.dtype if config.dtype != "auto" else ("bf16" if device == "cuda" else "fp32")
     return device, dtype
 
 
 def recipe_name(config: SFTConfig) -> str:
     kind = "full_finetune" if config.method == "full" else "lora_finetune"
-    return f"{kind}_{'distributed' if config.gpus > 1 else 'single_device'}"
+    return f"{kind}_{'distributed' if config.distributed else 'single_device'}"
 
 
-def recipe_config(config: SFTConfig, plan: Plan, resume: bool) -> dict[str, Any]:
+def recipe_config(config: SFTConfig, plan: RecipePlan, resume: bool) -> dict[str, Any]:
     """The recipe's YAML config (as a mapping), from the SFT section and the plan."""
     hf_config = json.loads((plan.model / "config.json").read_text())
     model: dict[str, Any] = {
@@ -134,12 +139,11 @@ def recipe_config(config: SFTConfig, plan: Plan, resume: bool) -> dict[str, Any]
             "max_seq_len": config.max_seq_len,
         },
         "checkpointer": {
-            "_component_": "torchtune.training.FullModelHFCheckpointer",
+            **checkpointer(hf_config),
             "checkpoint_dir": str(plan.model),
             "checkpoint_files": weights,
             "recipe_checkpoint": None,
             "output_dir": str(plan.checkpoints),
-            "model_type": checkpoint_model_type(hf_config),
         },
         "resume_from_checkpoint": resume,
         "save_adapter_weights_only": False,
@@ -171,8 +175,10 @@ def recipe_config(config: SFTConfig, plan: Plan, resume: bool) -> dict[str, Any]
         "enable_activation_offloading": False,
         "metric_logger": {
             "_component_": f"{COMPONENTS}.MetricLogger",
-            "log_dir": str(plan.work_dir / "tensorboard"),
             "jsonl": str(plan.metrics),
+            "log_dir": str(plan.work_dir / "tensorboard") if plan.tensorboard else None,
+            "prefix": "sft/",
+            **plan.trackers,
         },
         "log_every_n_steps": 1,
         "log_peak_memory_stats": False,
@@ -188,19 +194,28 @@ def total_steps(config: SFTConfig, examples: int) -> int:
 
 
 def command(config: SFTConfig, config_path: Path) -> list[str]:
-    """``tune run [--nproc_per_node N] RECIPE --config FILE`` with this interpreter's torchtune."""
+    """``tune run [torchrun's options] RECIPE --config FILE`` with this interpreter's torchtune:
+    ``--nproc_per_node`` for several processes, and on several machines ``--nnodes`` with the
+    c10d rendezvous at the first machine (the same command runs on each)."""
     tune = [sys.executable, "-m", "torchtune._cli.tune", "run"]
-    if config.gpus > 1:
+    if config.distributed:
         tune += ["--nproc_per_node", str(config.gpus)]
+    if config.nnodes > 1:
+        tune += ["--nnodes", str(config.nnodes), "--rdzv_backend", "c10d"]
+        tune += ["--rdzv_endpoint", str(config.rdzv_endpoint)]
     return [*tune, recipe_name(config), "--config", str(config_path)]
 
 
 def _digest(recipe: dict[str, Any]) -> str:
-    stable = {k: v for k, v in recipe.items() if k != "resume_from_checkpoint"}
+    """What an attempt to resume must share with the one that saved (where its metrics are
+    reported may change: a resumed run is another tracking run)."""
+    stable = {
+        k: v for k, v in recipe.items() if k not in ("resume_from_checkpoint", "metric_logger")
+    }
     return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()
 
 
-def prepare_checkpoints(config: SFTConfig, plan: Plan) -> Path:
+def prepare_checkpoints(config: SFTConfig, plan: RecipePlan) -> Path:
     """Write recipe.yaml; resume from a matching earlier attempt's last epoch, else start over."""
     fresh = recipe_config(config, plan, resume=False)
     digest = _digest(fresh)
@@ -239,14 +254,14 @@ def _keep_completed_epochs(checkpoints: Path) -> bool:
 
 
 @dataclass
-class Outcome:
+class RecipeOutcome:
     """A finished recipe run: its per-step metrics and the recipe process's peak RSS."""
 
     records: list[dict]
     peak_rss_mb: float
 
 
-def run(config: SFTConfig, plan: Plan, progress: StepProgress | None = None) -> Outcome:
+def run(config: SFTConfig, plan: RecipePlan, progress: OnSFTStep | None = None) -> RecipeOutcome:
     """Run the recipe to its end. Ctrl-C (or any error here) stops it at once."""
     config_path = prepare_checkpoints(config, plan)
     steps = total_steps(config, plan.examples)
@@ -255,8 +270,14 @@ def run(config: SFTConfig, plan: Plan, progress: StepProgress | None = None) -> 
     with plan.log.open("ab") as log:
         log.write(f"\n$ {' '.join(argv)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
     seen, peak = 0, 0.0
     try:
         while proc.poll() is None:
@@ -268,7 +289,7 @@ def run(config: SFTConfig, plan: Plan, progress: StepProgress | None = None) -> 
     seen = _report(plan.metrics, seen, steps, progress)
     if proc.returncode != 0:
         raise _failure(proc.returncode, plan.log, config)
-    return Outcome(read_metrics(plan.metrics), round(peak, 1))
+    return RecipeOutcome(read_metrics(plan.metrics), round(peak, 1))
 
 
 def high_water_mb(pid: int) -> float:
@@ -290,7 +311,7 @@ def die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
-def _report(path: Path, seen: int, total: int, progress: StepProgress | None) -> int:
+def _report(path: Path, seen: int, total: int, progress: OnSFTStep | None) -> int:
     records = read_metrics(path)
     if progress is not None:
         for record in records[seen:]:

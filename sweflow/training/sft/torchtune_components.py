@@ -7,20 +7,27 @@ These run inside ``tune run``, so this module imports torchtune; the rest of swe
 - :func:`tokenizer` is the little the recipe needs from a tokenizer (``pad_id``): the sequences
   are tokenized beforehand by sweflow.training.chat, with the model's chat template;
 - :func:`tokenized_dataset` reads those sequences (tokens, and labels masked with -100);
-- :class:`MetricLogger` writes torchtune's metrics to TensorBoard and, for sweflow's progress,
-  plots and reports, to a JSON-lines file.
+- :class:`MetricLogger` writes torchtune's metrics to a JSON-lines file (sweflow's progress,
+  plots and reports) and hands them to torchtune's own loggers: TensorBoard, MLflow and W&B,
+  whichever the run's tracking asks for.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from torch.utils.data import Dataset
-from torchtune.training.metric_logging import MetricLoggerInterface, TensorBoardLogger
+from torchtune.training.metric_logging import (
+    MetricLoggerInterface,
+    MLFlowLogger,
+    TensorBoardLogger,
+    WandBLogger,
+)
 
 from sweflow.training.sft.architectures import torchtune_arguments
 
@@ -71,24 +78,55 @@ def tokenized_dataset(tokenizer: PadOnlyTokenizer, path: str) -> TokenizedDatase
 
 
 class MetricLogger(MetricLoggerInterface):
-    """TensorBoard (torchtune's own logger) plus ``metrics.jsonl``: {"step", "time", metrics}."""
+    """``metrics.jsonl`` ({"step", "time", metrics}) and torchtune's own loggers at once.
 
-    def __init__(self, log_dir: str, jsonl: str) -> None:
-        self.tensorboard = TensorBoardLogger(log_dir=log_dir, organize_logs=False)
+    ``log_dir``: TensorBoard's folder (None: no TensorBoard). ``mlflow``: MLFlowLogger's
+    arguments (tracking_uri, experiment_name, run_id): it resumes the run sweflow opened for
+    the stage. ``wandb``: WandBLogger's (``wandb.init``'s, the run's id among them). Their
+    metric names get ``prefix`` (``sft/loss``): the stages of a pipeline run share one tracking
+    run. The recipe's config is not logged as parameters there (sweflow logs the stage's
+    settings, and a resumed attempt's config differs, which MLflow refuses); it is the run's
+    recipe.yaml artifact."""
+
+    def __init__(
+        self,
+        jsonl: str,
+        log_dir: str | None = None,
+        prefix: str = "",
+        mlflow: dict[str, Any] | None = None,
+        wandb: dict[str, Any] | None = None,
+    ) -> None:
         self.path = Path(jsonl)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.prefix = prefix
+        self.loggers: list[MetricLoggerInterface] = []
+        if log_dir is not None:
+            self.tensorboard = TensorBoardLogger(log_dir=log_dir, organize_logs=False)
+            self.loggers.append(self.tensorboard)
+        self.tracked: list[MetricLoggerInterface] = []
+        if mlflow is not None:
+            os.environ["MLFLOW_RUN_ID"] = mlflow["run_id"]  # its start_run resumes the run
+            self.tracked.append(MLFlowLogger(**mlflow))
+        if wandb is not None:
+            self.tracked.append(WandBLogger(**wandb))
 
     def log(self, name: str, data: Any, step: int) -> None:
         self.log_dict({name: data}, step)
 
     def log_config(self, config: Any) -> None:
-        self.tensorboard.log_config(config)
+        if self.loggers:
+            self.tensorboard.log_config(config)
 
     def log_dict(self, payload: Mapping[str, Any], step: int) -> None:
-        self.tensorboard.log_dict(payload, step)
+        for logger in self.loggers:
+            logger.log_dict(payload, step)
+        named = {f"{self.prefix}{key}": float(value) for key, value in payload.items()}
+        for logger in self.tracked:
+            logger.log_dict(named, step)
         record = {"step": step, "time": time.time(), **{k: float(v) for k, v in payload.items()}}
         with self.path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
 
     def close(self) -> None:
-        self.tensorboard.close()
+        for logger in [*self.loggers, *self.tracked]:
+            logger.close()

@@ -19,12 +19,9 @@ latest turns that fit.
 
 from __future__ import annotations
 
-from typing import Any
-
-from sweflow.training.chat import ChatEncoder, DriftError, Encoded
+from sweflow.training.chat import ChatEncoder, DriftError, Encoded, Messages
 
 IGNORE = -100  # the label of a token that is not trained (torchtune's CROSS_ENTROPY_IGNORE_IDX)
-Messages = list[dict[str, Any]]
 
 
 def split_windows(
