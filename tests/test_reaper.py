@@ -49,8 +49,9 @@ def _until(condition, timeout: float = 10.0) -> bool:
 
 def test_a_starter_killed_outright_takes_its_server_group_and_shared_memory_with_it():
     segment = Path(f"/dev/shm/sweflow-test-{uuid.uuid4().hex}")
-    starter = subprocess.Popen([sys.executable, "-c", STARTER, GROUP, str(segment)],
-                               stdout=subprocess.PIPE, text=True)  # fmt: skip
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, GROUP, str(segment)], stdout=subprocess.PIPE, text=True
+    )
     try:
         group = int(starter.stdout.readline())  # type: ignore[union-attr]
         time.sleep(0.5)  # the reaper is watching
@@ -58,7 +59,8 @@ def test_a_starter_killed_outright_takes_its_server_group_and_shared_memory_with
         starter.kill()  # SIGKILL: no finally, no atexit
         starter.wait()
         assert _until(lambda: not group_members(group)), group_members(group)
-        assert not segment.exists()
+        # the watcher unlinks the segment just after the kill: wait for it, not only the group
+        assert _until(lambda: not segment.exists())
     finally:
         starter.kill()
         starter.wait()
