@@ -20,7 +20,7 @@ from sweflow.agent.trajectory import Trajectory
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
-NO_WORK = {("version",), ("pipeline", "config"), ("pipeline", "stages")}  # they run whole
+NO_WORK = {("version",), ("pipeline", "config"), ("pipeline", "plan"), ("pipeline", "stages")}
 
 
 def demo_ids() -> list[str]:

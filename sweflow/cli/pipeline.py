@@ -91,6 +91,50 @@ def _print_data_check(config, root: Path) -> None:
         console.print(Text(note))  # plain text: ":train" is no emoji code
 
 
+@pipeline_app.command("plan")
+def pipeline_plan(
+    config: Path = typer.Argument(
+        CHECKOUT / "configs" / "demo.yaml",
+        help="A pipeline config (YAML); default: the demo config of this checkout.",
+        show_default=False,
+    ),
+    overrides: list[str] = typer.Argument(
+        None, help="Settings by dotted name, e.g. rl.steps=2 sft.model=PATH."
+    ),
+    root: Path = typer.Option(
+        CHECKOUT,
+        "--root",
+        help="Where the pipeline runs: its relative paths are checked there; default: this "
+        "checkout, where the bundled deployments run.",
+        show_default=False,
+    ),
+) -> None:
+    """What each stage of a config would start, with nothing started: torchtune's command and
+    recipe, verl's config (composed by verl where .venv-verl exists) and launch.sh, vLLM's
+    command. A model not here yet is named by its Hub id; nothing is downloaded.
+
+    Examples:
+      sweflow pipeline plan configs/r2egym-agentsandbox.yaml
+      sweflow pipeline plan configs/swesmith-minisandbox.yaml stages=[sft,infer]
+    """
+    import tempfile
+
+    from rich.syntax import Syntax
+
+    from sweflow.pipeline.config import load_pipeline_config
+    from sweflow.pipeline.plan import plan
+
+    checked = load_pipeline_config(config, overrides or [], root=root)
+    with tempfile.TemporaryDirectory() as scratch, console.status("planning the stages"):
+        stages = plan(checked, compose_in=Path(scratch))
+    for stage in stages:
+        console.rule(f"[bold]{stage.stage}")
+        console.print(Text(stage.summary))
+        for shown in stage.shown:
+            console.print(Text(f"{shown.title}:", style="dim"))
+            console.print(Syntax(shown.text, shown.language, theme="ansi_dark", word_wrap=True))
+
+
 @pipeline_app.command("stages")
 def pipeline_stages() -> None:
     """The registered stages in pipeline order: what each reads and runs.

@@ -17,7 +17,7 @@ from pydantic import Field, create_model, model_validator
 from sweflow.configfile import FolderName, apply_overrides, read_yaml_mapping, validate_model
 from sweflow.errors import ConfigError
 from sweflow.paths import output_folder_problem
-from sweflow.pipeline.registry import BY_NAME, STAGES
+from sweflow.pipeline.registry import BY_NAME, STAGES, StageSpec
 from sweflow.pipeline.sections import (
     AgentSection,
     DatasetSection,
@@ -30,6 +30,7 @@ from sweflow.pipeline.sections import (
     TrackingSection,
 )
 from sweflow.tracking.check import tracking_problems
+from sweflow.training.sft.sources.spec import COLLECT
 
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in STAGES)
 Stage = Literal[STAGE_NAMES]  # type: ignore[valid-type]
@@ -77,8 +78,17 @@ class PipelineBase(Section):
         needed = set(targets)
         for stage in reversed(STAGES):
             if stage.name in needed:
-                needed |= set(stage.upstream) | (set(stage.after) & set(self.stages))
+                needed |= set(self.upstream_of(stage)) | (set(stage.after) & set(self.stages))
         return [name for name in STAGE_NAMES if name in needed]
+
+    def upstream_of(self, stage: StageSpec) -> tuple[str, ...]:
+        """The stages ``stage`` reads in this config: its upstream, except that ``sft`` reads
+        collect's trajectories only when ``sft.data`` names them (or names nothing), so a
+        recipe that fine-tunes on a public set collects nothing."""
+        sft_data = self.section("sft").data
+        if stage.name == "sft" and sft_data and all(s.source != COLLECT for s in sft_data):
+            return tuple(name for name in stage.upstream if name != "collect_trajectories")
+        return stage.upstream
 
     def forced(self) -> set[str]:
         """The forced stages and every stage downstream of one."""

@@ -66,6 +66,7 @@ class ModelServers:
                 port=free_port(),
                 max_model_len=model.max_model_len,
                 ready_timeout_s=model.startup_timeout_s,
+                extra_args=model.serve_args(),
             )
 
         key = f"{model.model_dump_json()}|{folder}"

@@ -156,6 +156,19 @@ class ModelSection(SamplingConfig, Section):
     max_model_len: int = Field(4096, ge=256)
     startup_timeout_s: float = Field(900.0, gt=0)
     max_tokens: int | None = Field(512, gt=0, description="completion tokens per reply")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one served model spans (vLLM)")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="the share of each GPU vLLM takes; None: vLLM's default"
+    )
+
+    def serve_args(self) -> list[str]:
+        """vLLM's options for these settings (beyond the model, name, port and length)."""
+        args = []
+        if self.tensor_parallel_size > 1:
+            args += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.gpu_memory_utilization is not None:
+            args += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        return args
 
 
 class AgentSection(AgentConfig, Section):

@@ -150,6 +150,33 @@ def resolve_model(ref: str | Path, revision: str | None = None, cache: Path | No
     return _from_hub(repo_id, pinned or revision)
 
 
+def cached_model(ref: str | Path, cache: Path | None = None) -> Path | None:
+    """The folder ``ref`` names when it is here already (a folder, a bundled model prepared in
+    ``cache``, a Hub id in the Hugging Face cache), else None: nothing is made or fetched, so
+    that a plan can be shown on a machine that will not run it."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    text = str(ref)
+    path = Path(text).expanduser()
+    if is_model_folder(path):
+        return path
+    if text in KNOWN_MODELS:
+        folder = (cache or cache_root() / "models") / text
+        return folder if is_model_folder(folder) else None
+    if model_ref_problem(text) is not None:
+        return None
+    repo_id, _, pinned = text.partition("@")
+    cache_dir = os.environ.get("HF_HUB_CACHE")
+    try:
+        folder = snapshot_download(
+            repo_id, revision=pinned or None, cache_dir=cache_dir, local_files_only=True
+        )
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError):
+        return None
+    return Path(folder) if is_model_folder(Path(folder)) else None
+
+
 def model_ref_problem(ref: str) -> str | None:
     """Why ``ref`` names no model, told without fetching anything (so that a config or an
     option is refused before any work), or None: it is a folder with a config.json, a bundled
