@@ -1,7 +1,7 @@
 """Running a `sweflow ...` line as written, under ``sweflow --dry-run``, from a scratch directory.
 
-Shared by the help examples' test (tests/test_cli_examples.py) and the docs' test
-(tests/test_docs.py): the repository's own paths (``data/demo``, ``configs/...``) are made
+Shared by the help examples' test (tests/cli/test_cli_examples.py) and the docs' test
+(tests/project/test_docs.py): the repository's own paths (``data/demo``, ``configs/...``) are made
 absolute, the inputs a line names as placeholders (``tasks.jsonl``, ``preds.json``,
 ``runs/sft/model``...) are made in the scratch directory, absolute paths are moved into it, and
 the command must stop where its work would start, having written nothing.

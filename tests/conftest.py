@@ -273,7 +273,7 @@ def git_layer(tmp_path: Path) -> Path:
     return layer
 
 
-# -- real instances built offline (tests/test_agent_*.py, tests/test_serving_vllm.py) ----------
+# -- real instances built offline (tests/agent/, tests/serving/test_serving_vllm.py) ----------
 
 
 @pytest.fixture(scope="session")
@@ -288,7 +288,7 @@ def more_itertools_mirror(tmp_path_factory: pytest.TempPathFactory, bookworm_roo
     return root
 
 
-# -- docker daemon for the docker backend's tests (tests/test_docker_backend.py) ---------------
+# -- docker daemon for the docker backend's tests (tests/sandbox/test_docker_backend.py) -------
 
 
 @pytest.fixture(scope="session")
@@ -556,7 +556,7 @@ def trained_as_sampled(episode, encoder) -> None:
     assert all(obs[:100] in framing for obs in observations)
 
 
-# -- sweflow's E2B endpoint for the e2b backend and the SDK tests (tests/test_e2b_endpoint.py) ----
+# -- sweflow's E2B endpoint for the e2b backend and the SDK tests (tests/e2b_endpoint/) ------
 
 
 @pytest.fixture(scope="session")

@@ -76,7 +76,8 @@ def dry_running() -> bool:
 def work_starts(what: str) -> None:
     """Where a command's checks end and its work begins. Under ``sweflow --dry-run`` the command
     stops here, its options and inputs checked, saying what it would do (exit 0): a user tries a
-    command line before a long run, and tests/test_cli_examples.py runs every help example so."""
+    command line before a long run, and tests/cli/test_cli_examples.py runs every help example
+    so."""
     if _dry_run.is_set():
         console.print(f"dry run: checked; would {what}", highlight=False)
         raise typer.Exit(0)

@@ -1,5 +1,5 @@
 """The pipeline's stages, declared once each: the config, the Prefect tasks, the flows and the
-deployments all derive from :data:`STAGES` (tests/test_registries.py checks the last).
+deployments all derive from :data:`STAGES` (tests/project/test_registries.py checks the last).
 
 Adding a stage is one module under ``sweflow/pipeline/stages/`` (its function takes a
 :class:`~sweflow.pipeline.stages.common.StageContext` and returns a ``StageResult``), its config

@@ -9,7 +9,7 @@ the architecture's builder is called with the numbers of the folder's ``config.j
 - ``qwen3`` (Qwen3 dense): sweflow.training.sft.qwen3, built from torchtune's parts (torchtune has
   no Qwen3), and its Qwen3Checkpointer.
 
-Each is supported because tests/test_sft_architectures.py builds a small random model of it
+Each is supported because tests/training/test_sft_architectures.py builds a small random model of it
 with transformers and finds torchtune's logits equal to transformers' and the weights unchanged
 by a checkpoint round trip. A folder of any other architecture, or with a setting a builder
 cannot express (a head_dim of its own for llama/qwen2, sliding-window attention, biases Llama's

@@ -1,0 +1,98 @@
+"""The benchmarks run as benchmarks/README.md says to run them.
+
+Every script in benchmarks/ is ``sweflow bench NAME --json`` and answers ``--help`` when run as
+``python benchmarks/NAME.py --help`` from the repository root in a fresh process (before, most
+ignored ``--help`` and started measuring, and ``envprep.py`` died with a circular import: issue
+29). The slow test runs every ``sweflow bench NAME --json --quick`` that finishes in a few minutes
+on 2 cores and checks it prints one JSON object with the top-level keys the README documents.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import cli_commands
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
+# a script named like its benchmark would shadow a dependency (swebench, ray) or say less
+RENAMED = {"swebench_rows": "swebench", "ray_cluster": "ray", "prefect_pipeline": "pipeline"}
+# quick runs longer than a few minutes on 2 cores (benchmarks/README.md has the times)
+NOT_QUICK = {
+    "sft": "4 trainings of SmolLM2-135M (torchtune and TRL, twice each): over 20 min",
+    "rl": "4 GRPO steps of SmolLM2-135M, 4 episodes each: over 20 min",
+    "learn": "golden trajectories, SFT, GRPO, then vLLM serving three models in turn: hours",
+    "tts": "vLLM's start on the CPU, 12 SmolLM2 runs, their gradings and selections: ~15 min",
+}
+
+
+def _bench_names() -> set[str]:
+    return {path[1] for path, _ in cli_commands() if path[0] == "bench"}
+
+
+def _documented_keys() -> dict[str, list[str]]:
+    """{benchmark: its documented top-level JSON keys} from benchmarks/README.md's table."""
+    keys = {}
+    for line in (REPO / "benchmarks" / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and (script := re.fullmatch(r"`(\w+)\.py`", cells[0])):
+            name = RENAMED.get(script[1], script[1])
+            keys[name] = re.findall(r"`(\w+)`", cells[3])
+    return keys
+
+
+def test_one_script_per_benchmark_and_each_documented() -> None:
+    scripts = {RENAMED.get(p.stem, p.stem) for p in SCRIPTS}
+    assert scripts == _bench_names()
+    documented = _documented_keys()
+    assert set(documented) == scripts and all(documented.values()), documented
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
+def test_every_script_answers_help_run_as_the_readme_says(script: Path) -> None:
+    name = RENAMED.get(script.stem, script.stem)
+    done = subprocess.run(
+        [sys.executable, f"benchmarks/{script.name}", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Usage: sweflow bench {name} [OPTIONS]" in done.stdout, done.stdout
+    assert "--quick" in done.stdout
+
+
+QUICK = sorted(_bench_names() - set(NOT_QUICK))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", QUICK)
+def test_the_quick_run_prints_its_documented_keys(name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sweflow.cli", "bench", name, "--json", "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout)
+    missing = [key for key in _documented_keys()[name] if key not in report]
+    assert not missing, f"sweflow bench {name} --json --quick lacks {missing}: {report}"
+
+
+def test_the_bare_reward_baseline_runs_commands_ending_in_a_here_document() -> None:
+    """The replay's reproduction step is ``python - <<'EOF' ... EOF``: wrapped for the bare
+    baseline it must still parse (it once ended ``EOF)`` and bash refused it)."""
+    from sweflow.bench.reward import _quietly
+
+    command = "python3 - <<'EOF'\nprint('hi')\nEOF"
+    line = _quietly(command).replace("cd /testbed", "cd /")
+    done = subprocess.run(["bash", "-c", line + " && echo ran"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == "ran\n", done.stderr
