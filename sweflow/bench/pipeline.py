@@ -139,7 +139,7 @@ def _measure(
             stack.task_states(run_id) | {"final": final}, after | {"final": "Completed"}, "retry"
         )
         params = json.dumps({"config": config})
-        code, run_id = stack.run("evaluate/demo", "--params", params, capture=True)
+        code, run_id = stack.run("evaluate/demo", "--params", params, out=progress)
         if code != 0 or not run_id:
             raise BenchError("the evaluate/demo stage run failed")
         started.append(stack.since_submit(run_id))
