@@ -16,18 +16,29 @@ from sweflow.paths import CHECKOUT
 
 pipeline_app = App(help="The Prefect pipeline's config and stages (runs go through Prefect).")
 
+# the arguments every command here reads a config by
+CONFIG = typer.Argument(
+    CHECKOUT / "configs" / "demo.yaml",
+    help="A pipeline config (YAML); default: the demo config of this checkout.",
+    show_default=False,
+)
+OVERRIDES = typer.Argument(
+    None, help="Settings by dotted name, e.g. agent.max_steps=12 model.temperature=0.7."
+)
+ROOT = typer.Option(
+    CHECKOUT,
+    "--root",
+    help="Where the pipeline runs: its relative paths are checked there; default: this "
+    "checkout, where the bundled deployments run.",
+    show_default=False,
+)
+
 
 @pipeline_app.command("config")
 @tracking_options
 def pipeline_config(
-    config: Path = typer.Argument(
-        CHECKOUT / "configs" / "demo.yaml",
-        help="A pipeline config (YAML); default: the demo config of this checkout.",
-        show_default=False,
-    ),
-    overrides: list[str] = typer.Argument(
-        None, help="Settings by dotted name, e.g. agent.max_steps=12 model.temperature=0.7."
-    ),
+    config: Path = CONFIG,
+    overrides: list[str] = OVERRIDES,
     json_out: bool = typer.Option(False, "--json", help="As the JSON `--params` of a deployment."),
     check: bool = typer.Option(
         False,
@@ -36,13 +47,7 @@ def pipeline_config(
         "cache, never the network): rows, formats, images and recipes; a Hub id not in the "
         "cache is named as what the run would download.",
     ),
-    root: Path = typer.Option(
-        CHECKOUT,
-        "--root",
-        help="Where the pipeline runs: its relative paths are checked there; default: this "
-        "checkout, where the bundled deployments run.",
-        show_default=False,
-    ),
+    root: Path = ROOT,
     *,
     tracking: TrackingArgs,
 ) -> None:
@@ -93,21 +98,9 @@ def _print_data_check(config, root: Path) -> None:
 
 @pipeline_app.command("plan")
 def pipeline_plan(
-    config: Path = typer.Argument(
-        CHECKOUT / "configs" / "demo.yaml",
-        help="A pipeline config (YAML); default: the demo config of this checkout.",
-        show_default=False,
-    ),
-    overrides: list[str] = typer.Argument(
-        None, help="Settings by dotted name, e.g. rl.steps=2 sft.model=PATH."
-    ),
-    root: Path = typer.Option(
-        CHECKOUT,
-        "--root",
-        help="Where the pipeline runs: its relative paths are checked there; default: this "
-        "checkout, where the bundled deployments run.",
-        show_default=False,
-    ),
+    config: Path = CONFIG,
+    overrides: list[str] = OVERRIDES,
+    root: Path = ROOT,
 ) -> None:
     """What each stage of a config would start, with nothing started: torchtune's command and
     recipe, verl's config (composed by verl where .venv-verl exists) and launch.sh, vLLM's
@@ -115,7 +108,7 @@ def pipeline_plan(
 
     Examples:
       sweflow pipeline plan configs/r2egym-agentsandbox.yaml
-      sweflow pipeline plan configs/swesmith-minisandbox.yaml stages=[sft,infer]
+      sweflow pipeline plan configs/swesmith-minisandbox.yaml model.tensor_parallel_size=8
     """
     import tempfile
 
