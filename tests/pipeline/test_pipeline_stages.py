@@ -157,13 +157,15 @@ def test_the_report_puts_the_base_model_beside_the_trained_one(config, results, 
     ]
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"scripts": [], "default": turns}))
+    # right_file counts a view that showed a gold hunk's lines: the whole file, not cut short
+    whole_file = {"tool_mode": "text", "max_observation_chars": 200_000}
     cache = tmp_path / "baselines.json"  # as the demo's committed file: read, never written
     cache.write_text("{}\n")
     with scripted_endpoint(script) as (url, _):
         scripted = config.model_copy(
             update={
                 "model": config.model.model_copy(update={"url": url, "name": "scripted"}),
-                "agent": config.agent.model_copy(update={"tool_mode": "text"}),
+                "agent": config.agent.model_copy(update=whole_file),
                 "report": config.report.model_copy(update={"baseline_cache": cache}),
             }
         )
@@ -173,7 +175,7 @@ def test_the_report_puts_the_base_model_beside_the_trained_one(config, results, 
             client = ModelClient(ModelConfig(base_url=url, model="scripted"))
             batch = Batch(
                 client=client,
-                agent=AgentConfig(tool_mode="text"),
+                agent=AgentConfig(**whole_file),
                 out_dir=scripted.run_dir / "infer",
                 max_open_sandboxes=2,
                 spec_for=lambda r: instance_sandbox_spec(store, r.instance_id),
@@ -191,7 +193,8 @@ def test_the_report_puts_the_base_model_beside_the_trained_one(config, results, 
     assert trained["runs"] == base["runs"] == len(rows)
     right = sum(r.patch.split(" b/", 1)[1].split("\n", 1)[0] == gold for r in rows)
     assert trained["right_file"] == base["right_file"] == right > 0
-    assert trained["submitted_rate"] == base["submitted_rate"] == 1.0
+    # both submit without a change: an empty submission is not a submitted patch
+    assert trained["submitted_rate"] == base["submitted_rate"] == 0.0
     assert summary["sft"] and summary["environments"]["valid"] == 6
     text = Path(first.outputs["text"]).read_text()
     assert "SFT loss:" in text and "right file" in text and "golden trajectories:" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sweflow.pipeline.model_servers import ModelServers
 from sweflow.pipeline.stages.common import StageContext, StageResult
 from sweflow.serving import resolve_model
 from sweflow.training.sft.config import SFTConfig
@@ -37,9 +38,11 @@ def sft(ctx: StageContext) -> StageResult:
     reference, base = base_model(config)
     work = config.run_dir / "sft"
     settings = SFTConfig(**config.sft.model_dump())
-    settings = settings.model_copy(
-        update={"tool_mode": settings.tool_mode or config.agent.tool_mode}
+    # the student's tool mode: sft's, else the agent's (auto: the mode the model is served in)
+    mode = settings.tool_mode or ModelServers.tool_mode(
+        config.model, config.agent, config.run_dir, base
     )
+    settings = settings.model_copy(update={"tool_mode": mode})
 
     def on_step(step: int, total: int, metrics: dict) -> None:
         ctx.progress(f"step {step}: loss {metrics['loss']:.4f}", step, total)
