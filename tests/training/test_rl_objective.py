@@ -502,9 +502,9 @@ def test_a_short_rl_run_with_every_knob_off_its_default(
         **HF,
         **ABLATION,
     )
-    data = demo_replays[0]
-    where = {"store": data.store, "specs": data.specs, "agent": rl_env.agent}
-    result = train(data.instances[:2], rl_policy, tmp_path, tmp_path / "model", rl, **where)
+    where = {"store": demo_replays.store, "specs": demo_replays.data.specs, "agent": rl_env.agent}
+    tasks = demo_replays.data.rows[:2]
+    result = train(tasks, rl_policy, tmp_path, tmp_path / "model", rl, **where)
 
     assert result.steps == 2
     records = read_records(tmp_path / "metrics.jsonl")
