@@ -301,13 +301,13 @@ def infer_command(data: DatasetArgs, agent: AgentRunArgs, sampling: SampleArgs) 
     model = agent.model_config()  # checked before the build
     drawn = sampling.check(model, agent.out)
     work = f"run {model.model} on each task" + (f", {sampling.samples} samples" if drawn else "")
-    builder, rows, plan, executor = agent.prepare(data, work)
+    dataset, rows, plan, executor = agent.prepare(data, work)
     plan = replace(plan, model=model)
     selection = None
     if drawn is not None:
         grader = Grader(
-            builder.options.store,
-            builder.specs,
+            plan.store,
+            dataset.specs,
             backend=agent.backend,
             log_dir=agent.out / "grading",
             tamper_guard=sampling.tamper_guard,
@@ -319,7 +319,7 @@ def infer_command(data: DatasetArgs, agent: AgentRunArgs, sampling: SampleArgs) 
             sampling=drawn,
             max_grading=sampling.graders,
         )
-        selection = sampling.selection(model, plan.store, agent.backend, builder.specs)
+        selection = sampling.selection(model, plan.store, agent.backend, dataset.specs)
 
     def job(batch: Batch | ExecutorBatch) -> Awaitable[JobSummary]:
         return infer(rows, batch, model.model, selection, progress=_selector_line)

@@ -154,7 +154,7 @@ def test_verl_reports_to_the_run_through_its_loggers(mlflow_uri, tmp_path: Path)
         run_name="cookbook",
     )
     run = open_tracking(config, "rl", tmp_path)
-    rl = RLConfig(backend="verl", algorithm="rloo", rollouts_per_task=4)
+    rl = RLConfig(backend="verl", algorithm="rloo", scale_advantages="none", rollouts_per_task=4)
     settings = overrides(
         rl, Path("p"), Path("t.parquet"), Path("l.yaml"), tmp_path / "w", tracking=run
     )

@@ -141,6 +141,12 @@ def write_mix(
     records, reports = gather(
         sources, tool_mode=tool_mode, agent=agent, seed=seed, files=files, on_row=on_row
     )
+    if not records and not any(r.rows for r in reports):
+        raise SFTDataError(
+            f"{', '.join(r.source for r in reports)}: no resolved trajectories to train on (no "
+            "rows). Collect with a stronger teacher (collect.teacher: endpoint) or with the gold "
+            "patches replayed through the agent's tools (collect.teacher: replay)."
+        )
     if not records:
         why = "; ".join(
             f"{r.source}: {r.rows} rows, " + (", ".join(r.examples[:2]) or "none usable")
