@@ -187,6 +187,11 @@ def _heldout(out: Path, rows: list[Instance]) -> dict:
     return rates(scores).as_dict()
 
 
+# what a row records of where it came from, not what the agent sees: a validated row has them,
+# the same row read from the dataset may not
+BOOKKEEPING = {"dataset_format", "source_column_names"}
+
+
 def baseline_key(config: PipelineConfig, rows: list[Instance]) -> str:
     """What the base model's figures depend on: its weights and files by content (the same on
     every machine that makes the model, so a committed cache hits from a fresh clone), the
@@ -195,7 +200,10 @@ def baseline_key(config: PipelineConfig, rows: list[Instance]) -> str:
     return json_digest(
         [
             content_digest(model_folder(config.model, config.run_dir)),
-            sorted((r.model_dump(mode="json") for r in rows), key=lambda r: r["instance_id"]),
+            sorted(
+                (r.model_dump(mode="json", exclude=BOOKKEEPING) for r in rows),
+                key=lambda r: r["instance_id"],
+            ),
             config.agent.model_dump(mode="json"),
             config.model.model_dump(mode="json"),
         ]
