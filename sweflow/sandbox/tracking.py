@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,7 +23,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 R = TypeVar("R")
 
-_open: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+# Held strongly until closed: a sandbox whose opener was cancelled (Ctrl-C while its thread
+# opened it) has no other reference, and a weak one let it be collected unclosed, leaving its
+# state directory behind (seen under load in tests/cli/test_interrupts.py)
+_open: set[Sandbox] = set()
 _lock = threading.Lock()
 _interrupted = threading.Event()
 
@@ -44,8 +46,10 @@ def interrupted() -> bool:
 
 
 def track(sandbox: Sandbox) -> Sandbox:
-    """Remember an opened sandbox (weakly); one opened during an interrupt is closed at once."""
+    """Remember an opened sandbox until it is closed; one opened during an interrupt is closed
+    at once."""
     with _lock:
+        _forget_closed()
         _open.add(sandbox)
     if _interrupted.is_set():
         sandbox.close()
@@ -56,10 +60,17 @@ def track(sandbox: Sandbox) -> Sandbox:
 def close_all() -> int:
     """Close every sandbox this process has open; returns how many were."""
     with _lock:
+        _forget_closed()
         sandboxes = list(_open)
+        _open.clear()
     for sandbox in sandboxes:
         sandbox.close()
     return len(sandboxes)
+
+
+def _forget_closed() -> None:
+    """Drop the sandboxes closed since (every backend marks itself ``_closed``); under _lock."""
+    _open.difference_update([s for s in _open if getattr(s, "_closed", False)])
 
 
 def interrupt() -> None:
