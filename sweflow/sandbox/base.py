@@ -124,6 +124,12 @@ class Sandbox(ABC):
     # hostile patch's run needs (RL refuses a backend that does not).
     isolated: ClassVar[bool] = True
     diff_index: str = DIFF_INDEX  # the throwaway git index diff() uses, a file in the sandbox
+    _closed: bool = False  # every backend's close() sets it
+
+    @property
+    def closed(self) -> bool:
+        """Whether close() has run: the sandbox holds nothing of the host's any more."""
+        return self._closed
 
     @abstractmethod
     def exec(

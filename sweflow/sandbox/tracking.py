@@ -69,8 +69,8 @@ def close_all() -> int:
 
 
 def _forget_closed() -> None:
-    """Drop the sandboxes closed since (every backend marks itself ``_closed``); under _lock."""
-    _open.difference_update([s for s in _open if getattr(s, "_closed", False)])
+    """Drop the sandboxes closed since; under _lock."""
+    _open.difference_update([s for s in _open if s.closed])
 
 
 def interrupt() -> None:
