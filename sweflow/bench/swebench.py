@@ -133,11 +133,11 @@ def _sections_of(text: str, tests: Sequence[str]) -> list[str]:
     return out
 
 
-class _Results:
+class RowResults:
     """Per-row results on disk, so an interrupted run keeps what it did and a re-run resumes."""
 
-    def __init__(self, store: Path) -> None:
-        self.root = store / "bench-swebench"
+    def __init__(self, root: Path) -> None:
+        self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
 
     def get(self, instance_id: str) -> dict | None:
@@ -168,13 +168,38 @@ def run(
         raise BenchError(f"subset {subset!r}: not one of {', '.join(SUBSETS)}")
     store = store or bench_root("swebench") / "store"
     data = Dataset.load(dataset, specs=specs, mirror=repo_mirror, limit=limit)
-    rows = data.rows
-    if not rows:
+    if not data.rows:
         raise BenchError(f"{dataset}: no rows")
+    results = RowResults(store / "bench-swebench")
+    mirrored, not_mirrored = build_and_validate(
+        data, data.rows, store, results, max_workers, timeout, progress, wheelhouse
+    )
+    report = rows_report(mirrored, results, LayerStore(store))
+    return {
+        "dataset": str(dataset),
+        "subset": subset,
+        "repo_mirror": str(data.source.mirror),
+        "store": str(store),
+        **report,
+        "not_mirrored": dict(sorted(not_mirrored.items())),
+    }
+
+
+def build_and_validate(
+    data: Dataset,
+    rows: list[Instance],
+    store: Path,
+    results: RowResults,
+    max_workers: int,
+    timeout: float,
+    progress: Progress,
+    wheelhouse: Path | None = None,
+) -> tuple[list[Instance], Counter[str]]:
+    """Build and validate those of ``rows`` whose repository the dataset's mirror holds and
+    that ``results`` has no record of yet (each record written as its row ends): the rows
+    mirrored, and the others counted by repository."""
     builder = data.builder(store, wheelhouse=wheelhouse, max_workers=max_workers)
-    mirror = builder.options.repo_mirror
-    results = _Results(store)
-    source = RepoSource(mirror=mirror)
+    source = RepoSource(mirror=builder.options.repo_mirror)
     mirrored: list[Instance] = []
     not_mirrored: Counter[str] = Counter()
     for row in rows:
@@ -185,7 +210,7 @@ def run(
             not_mirrored[row.repo] += 1
     todo = [r for r in mirrored if results.get(r.instance_id) is None]
     progress(f"{len(rows)} rows, {len(mirrored)} mirrored, {len(todo)} to build and validate")
-    logs = store / "bench-swebench" / "logs"
+    logs = results.root / "logs"
 
     def build_then_validate(instance: Instance) -> None:
         start = time.monotonic()
@@ -217,18 +242,11 @@ def run(
         progress(f"{instance.instance_id}: {built.status}, {validation.outcome}")
 
     interruptible_map(build_then_validate, todo, max_workers)
-    report = _report(mirrored, results, LayerStore(store))
-    return {
-        "dataset": str(dataset),
-        "subset": subset,
-        "repo_mirror": str(mirror),
-        "store": str(store),
-        **report,
-        "not_mirrored": dict(sorted(not_mirrored.items())),
-    }
+    return mirrored, not_mirrored
 
 
-def _report(rows: list[Instance], results: _Results, store: LayerStore) -> dict:
+def rows_report(rows: list[Instance], results: RowResults, store: LayerStore) -> dict:
+    """The figures of the module docstring for ``rows``, from their records on disk."""
     reasons: dict[str, str] = {}
     per_repo: dict[str, Counter] = defaultdict(Counter)
     build_s: list[float] = []

@@ -389,6 +389,43 @@ BENCHES = (
         ),
     ),
     Bench(
+        "datasets",
+        """\
+    Every dataset format (SWE-bench, SWE-Gym, SWE-smith, R2E-Gym, SWE-rebench, sweflow's own)
+    built, validated both ways and its gold patches graded on local, beside its project's own
+    grader: rows loaded, built, validated, gold resolved, agreement, build minutes, MB each.
+
+    Examples:
+      sweflow bench datasets --json --quick
+      sweflow bench datasets --json
+      sweflow bench datasets --json -d swe-gym=SWE-Gym/SWE-Gym-Lite:train --repo-mirror mirrors/
+    """,
+        "One row of each format (for CI); else 5.",
+        measures.datasets,
+        (
+            _opt(
+                "dataset",
+                list[str] | None,
+                None,
+                "--dataset",
+                "-d",
+                help="FORMAT=SOURCE: that format's rows from a file, folder or Hub id "
+                "(repeat; default: the committed rows of each).",
+            ),
+            _opt(
+                "repo_mirror",
+                Path | None,
+                None,
+                "--repo-mirror",
+                help="Folder of the --dataset rows' repositories (default: beside the rows).",
+            ),
+            _STORE,
+            _opt("limit", int, 5, "--limit", min=1, help="Rows of each format."),
+            _opt("max_workers", int, 2, "--max-workers", "-j", min=1, help="Rows at once."),
+            _WHEELHOUSE,
+        ),
+    ),
+    Bench(
         "synth",
         """\
     Task synthesis: valid tasks per minute from the demo's three projects, yield per operator,

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from sweflow.cli.common import console, work_starts
+from sweflow.errors import SweflowError
 
 _err = Console(stderr=True)  # progress lines go to stderr, so --json keeps stdout clean
 Measure = Callable[..., dict]  # the command's options by name (``quick`` among them) -> figures
@@ -158,6 +159,34 @@ def ray(quick: bool) -> dict:
     if importlib.util.find_spec("ray") is None:
         raise typer.BadParameter("Ray is not installed: pip install 'sweflow[ray]'")
     return plain("ray", "start a Ray cluster of this machine and grade on it")(quick=quick)
+
+
+def datasets(
+    quick: bool,
+    dataset: list[str] | None,
+    repo_mirror: Path | None,
+    store: Path | None,
+    limit: int,
+    max_workers: int,
+    wheelhouse: Path | None,
+) -> dict:
+    from sweflow.bench.datasets import parse_datasets, run
+
+    try:
+        named = parse_datasets(dataset or [])
+    except SweflowError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--dataset") from None
+    work_starts("build, validate and grade the rows of every dataset format")
+    return run(
+        quick,
+        named,
+        repo_mirror,
+        store,
+        limit,
+        max_workers,
+        wheelhouse=wheelhouse,
+        progress=progress,
+    )
 
 
 def swebench(

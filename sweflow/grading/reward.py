@@ -41,6 +41,7 @@ from swebench.harness.constants import (
     PASS_TO_PASS,
 )
 from swebench.harness.grading import get_eval_report
+from swebench.types import TestSpec
 
 from sweflow.envcache.builder import VENV_ACTIVATE, instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
@@ -171,7 +172,7 @@ class Grader:
         instance cannot be graded at all (not built, no eval script)."""
         start = time.monotonic()
         sandbox_spec = self._sandbox_spec(instance)
-        test_spec = test_spec_for(instance, self.eval_script(instance), self._log_parser(instance))
+        test_spec = self.test_spec(instance)
         verdict = _Verdict(instance, start)
         if is_empty(patch):
             return verdict.unresolved("empty", "the patch is empty", None)
@@ -204,6 +205,10 @@ class Grader:
     ) -> RewardResult:
         """:meth:`reward` in a worker thread, for asyncio agent loops."""
         return await asyncio.to_thread(self.reward, instance, patch, log_dir=log_dir, model=model)
+
+    def test_spec(self, instance: Instance) -> TestSpec:
+        """The swebench TestSpec this grader runs and reads ``instance``'s log by."""
+        return test_spec_for(instance, self.eval_script(instance), self._log_parser(instance))
 
     def _log_parser(self, instance: Instance) -> str:
         """The spec's log parser (the row's own, when it names one, wins in test_spec_for);

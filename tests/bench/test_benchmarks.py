@@ -21,7 +21,12 @@ from conftest import cli_commands
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
 # a script named like its benchmark would shadow a dependency (swebench, ray) or say less
-RENAMED = {"swebench_rows": "swebench", "ray_cluster": "ray", "prefect_pipeline": "pipeline"}
+RENAMED = {
+    "swebench_rows": "swebench",
+    "ray_cluster": "ray",
+    "prefect_pipeline": "pipeline",
+    "dataset_formats": "datasets",
+}
 # quick runs longer than a few minutes on 2 cores (benchmarks/README.md has the times)
 NOT_QUICK = {
     "sft": "4 trainings of SmolLM2-135M (torchtune and TRL, twice each): over 20 min",
