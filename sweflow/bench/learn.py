@@ -36,6 +36,7 @@ from pydantic import ConfigDict, Field
 
 from sweflow.agent.runs.jobs import replay_collect
 from sweflow.agent.runs.scores import FUNNEL
+from sweflow.agent.teacher.scripted_policy import scripted_clients
 from sweflow.agent.trajectory import Trajectory
 from sweflow.bench import DATA, DEMO, BenchError, bench_root, heldout_repos, wheelhouse
 from sweflow.bench.learn_runs import ModelURL, agent_runs, resolve_rates, served_model
@@ -243,6 +244,17 @@ def _measure(
     heldout: dict[str, dict] = {}
     with served_model(base, out / "base", progress) as model:
         heldout["base"] = _runs(model, data, store, eval_rows, out / "base" / "heldout", plan)
+    progress(f"the scripted policy (no model) on {len(eval_rows)} held-out tasks")
+    heldout["scripted"] = agent_runs(
+        None,
+        data,
+        store,
+        eval_rows,
+        out / "scripted" / "heldout",
+        _agent(plan),
+        plan.max_tokens,
+        client_for=scripted_clients("text"),
+    )
     taught = set(sft.data["instances"])  # RL's candidates: tasks the SFT data holds
     trained = [r for r in train_rows if r.instance_id in taught]
     sft_model = Path(sft.model)
@@ -483,14 +495,15 @@ def _plots(report: dict, out: Path) -> list[str]:
 
     names = ["valid_action_rate", *(f"{name}_rate" for name in FUNNEL)]
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 4.5), width_ratios=[3, 1])
-    models = report["heldout"]
+    ran_rl = "note" not in report["rl_overfit"]  # else "rl" repeats the SFT model's figures
+    models = {name: r for name, r in report["heldout"].items() if name != "rl" or ran_rl}
     width = 0.8 / len(models)
     for i, (model, rates) in enumerate(models.items()):
         xs = [x + (i - (len(models) - 1) / 2) * width for x in range(len(names))]
         left.bar(xs, [rates.get(n, 0) for n in names], width, label=model)
     left.set_xticks(range(len(names)), [n.removesuffix("_rate") for n in names], rotation=20)
     left.set_ylim(0, 1)
-    left.set_title(f"held-out tasks ({report['heldout_tasks']}): base vs SFT vs SFT+RL")
+    left.set_title(f"held-out tasks ({report['heldout_tasks']}): {' vs '.join(models)}")
     left.legend()
     overfit = report["rl_overfit"]
     values = [overfit.get("resolve_before") or 0, overfit.get("resolve_after") or 0]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sweflow.agent import AgentConfig, ModelConfig
 from sweflow.agent.runs.batch import load_done, trajectory_path
-from sweflow.agent.runs.plan import RunPlan, run_plan
+from sweflow.agent.runs.plan import ClientFor, RunPlan, run_plan
 from sweflow.agent.runs.scores import rates, score_run
 from sweflow.agent.trajectory import Trajectory
 from sweflow.envcache.dataset import Dataset
@@ -49,7 +49,7 @@ def runs_left(out: Path, rows: list[Instance], rollouts: int = 1) -> int:
 
 
 def agent_runs(
-    model_url: ModelURL,
+    model_url: ModelURL | None,
     data: Dataset,
     store: Path,
     rows: list[Instance],
@@ -59,12 +59,14 @@ def agent_runs(
     *,
     rollouts: int = 1,
     temperature: float = 0.0,
+    client_for: ClientFor | None = None,
 ) -> dict:
     """``rollouts`` graded agent runs per task with ``agent``'s limits, saved under ``out`` (a
     re-run resumes; the model is asked for only when a run is left), and their scores:
-    ``{"trajectories": [...], "rates": {...}}``."""
+    ``{"trajectories": [...], "rates": {...}}``. ``client_for`` plays the model instead (a
+    policy without one, such as the scripted baseline)."""
     model = None
-    if runs_left(out, rows, rollouts):  # all saved: read (and graded) only, no server asked for
+    if model_url is not None and runs_left(out, rows, rollouts):  # all saved: no server asked
         model = ModelConfig(
             base_url=model_url(), model="model", max_tokens=max_tokens, temperature=temperature
         )
@@ -73,6 +75,7 @@ def agent_runs(
         out_dir=out,
         store=store,
         model=model,
+        client_for=client_for,
         grader=Grader(store, data.specs, tamper_guard=True),
         rollouts=rollouts,
     )

@@ -79,7 +79,7 @@ class ReplayModel:
         if self._plan is None:
             raise ModelError("the replay teacher runs in the agent loop, which reads the repo")
         began = time.perf_counter()
-        observation = _last_observation(messages)
+        observation = last_observation(messages)
         try:
             if not self._started:
                 self._started = True
@@ -315,7 +315,8 @@ def _bash(command: str) -> Action:
     return Action(BASH, {"command": command})
 
 
-def _last_observation(messages: list[dict[str, Any]]) -> str:
+def last_observation(messages: list[dict[str, Any]]) -> str:
+    """The content of the conversation's last tool or user message (what the step answered)."""
     last = messages[-1] if messages else {}
     return str(last.get("content") or "") if last.get("role") in ("tool", "user") else ""
 
