@@ -7,9 +7,9 @@ from the registered tools (sweflow.agent.tools): their names, briefs and text-fo
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from string import Template
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sweflow.agent.tools import Tool
@@ -68,3 +68,29 @@ resolves the issue above, then submit."""
 def render(template: str, **fields: str) -> str:
     """Fill ``$name`` fields; unknown ``$words`` stay as they are (a problem text may hold $)."""
     return Template(template).safe_substitute(fields)
+
+
+DEMONSTRATION = """
+
+Here is a whole solved task, as an example of the replies and of what the shell answers. The
+task you are given after it is another one.
+
+<example>
+$transcript
+</example>"""
+
+
+def demonstration(messages: Sequence[Mapping[str, Any]], max_output: int = 1500) -> str:
+    """A solved text-mode run (its task, replies and outputs; the system prompt left out) as
+    text a system prompt can end with: the few-shot prompt of a model that has not learned the
+    reply format (each output cut to ``max_output`` characters)."""
+    parts = []
+    for message in messages:
+        role, content = message["role"], str(message.get("content") or "")
+        if role == "system":
+            continue
+        if role != "assistant" and parts:
+            cut = content if len(content) <= max_output else content[:max_output] + "\n[...]"
+            content = f"OUTPUT:\n{cut}"
+        parts.append(content)
+    return render(DEMONSTRATION, transcript="\n\n".join(parts))

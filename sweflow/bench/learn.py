@@ -34,9 +34,11 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field
 
+from sweflow.agent.config import AgentConfig
 from sweflow.agent.runs.jobs import replay_collect
 from sweflow.agent.runs.scores import FUNNEL
 from sweflow.agent.teacher.scripted_policy import scripted_clients
+from sweflow.agent.templates import demonstration
 from sweflow.agent.trajectory import Trajectory
 from sweflow.bench import DATA, DEMO, BenchError, bench_root, heldout_repos, wheelhouse
 from sweflow.bench.learn_runs import ModelURL, agent_runs, resolve_rates, served_model
@@ -242,8 +244,12 @@ def _measure(
     report["sft"] = _sft_figures(sft)
 
     heldout: dict[str, dict] = {}
+    fewshot = _fewshot_agent(plan, Path(gold.outputs["openai"]))
     with served_model(base, out / "base", progress) as model:
         heldout["base"] = _runs(model, data, store, eval_rows, out / "base" / "heldout", plan)
+        heldout["fewshot"] = _runs(
+            model, data, store, eval_rows, out / "fewshot" / "heldout", plan, agent=fewshot
+        )
     progress(f"the scripted policy (no model) on {len(eval_rows)} held-out tasks")
     heldout["scripted"] = agent_runs(
         None,
@@ -445,12 +451,21 @@ def _rl_config(plan: LearnPlan, tasks: int) -> RLConfig:
     )
 
 
-def _agent(plan: LearnPlan, repeat_guard: bool = True):
-    from sweflow.agent.config import AgentConfig
-
+def _agent(plan: LearnPlan, repeat_guard: bool = True) -> AgentConfig:
     return AgentConfig(
         tool_mode="text", max_steps=plan.max_steps, max_wall_s=900, repeat_guard=repeat_guard
     )
+
+
+def _fewshot_agent(plan: LearnPlan, golden: Path) -> AgentConfig:
+    """The plan's agent whose system prompt ends with one golden trajectory of a train task
+    (the shortest, so the example leaves the most context): the few-shot baseline, the base
+    model given the reply format instead of learning it."""
+    records = [json.loads(line) for line in golden.read_text().splitlines() if line.strip()]
+    shortest = min(records, key=lambda r: sum(len(m.get("content") or "") for m in r["messages"]))
+    agent = _agent(plan)
+    prompt = agent.system_template + demonstration(shortest["messages"])
+    return agent.model_copy(update={"system_template": prompt})
 
 
 def _runs(
@@ -461,10 +476,12 @@ def _runs(
     out: Path,
     plan: LearnPlan,
     repeat_guard: bool = True,
+    agent: AgentConfig | None = None,
     **sampling,
 ) -> dict:
-    """Graded agent runs with the plan's limits (see learn_runs.agent_runs)."""
-    agent = _agent(plan, repeat_guard)
+    """Graded agent runs with the plan's limits (see learn_runs.agent_runs); ``agent``: another
+    prompt with the same limits."""
+    agent = agent or _agent(plan, repeat_guard)
     return agent_runs(model, data, store, rows, out, agent, plan.max_tokens, **sampling)
 
 

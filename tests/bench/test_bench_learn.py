@@ -254,3 +254,29 @@ def test_a_run_with_other_rl_settings_starts_from_the_earlier_runs_first_stages(
     fresh = open_run_folder(runs, other_sft, RESULT, BEFORE_RL, _before_rl)
     assert fresh.stages_from is None
     assert list(fresh.path.iterdir()) == [fresh.path / "settings.json"]
+
+
+def test_the_fewshot_prompt_ends_with_the_shortest_golden_trajectory(tmp_path: Path) -> None:
+    from sweflow.bench.learn import DATA as BENCH_DATA
+    from sweflow.bench.learn import _fewshot_agent, load_plan
+
+    def record(reply: str, output: str) -> dict:
+        return {
+            "messages": [
+                {"role": "system", "content": "system prompt"},
+                {"role": "user", "content": f"<issue>{reply}</issue>"},
+                {"role": "assistant", "content": f"THOUGHT: {reply}\n\n```bash\nls\n```"},
+                {"role": "user", "content": output},
+            ]
+        }
+
+    golden = tmp_path / "sft.jsonl"
+    rows = [record("long", "x" * 5000), record("short", "y" * 2000)]
+    golden.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plan = load_plan(BENCH_DATA / "bench" / "learn-quick.yaml")
+    agent = _fewshot_agent(plan, golden)
+    prompt = agent.system_template
+    assert "THOUGHT: short" in prompt and "THOUGHT: long" not in prompt
+    assert "system prompt" not in prompt  # the example's own system prompt is left out
+    assert "OUTPUT:\n" + "y" * 1500 + "\n[...]" in prompt  # a long output is cut
+    assert agent.max_steps == plan.max_steps and agent.tool_mode == "text"
