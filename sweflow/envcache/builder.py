@@ -517,9 +517,12 @@ class EnvBuilder:
         with self.store.fresh_upper() as upper:
             testbed = upper / WORKDIR.lstrip("/")
             export_commit(git_dir, instance.base_commit, testbed)
-            export_submodules(
+            _, empty = export_submodules(
                 self._repo_source(), instance.repo, git_dir, instance.base_commit, testbed
             )
+            if empty:  # as the harness's clone leaves them; an install that needs one fails next
+                with open(log, "a") as f:
+                    f.writelines(f"submodule left empty: {why}\n" for why in empty)
             if spec.install or spec.setup_repo:
                 with self._sandbox(layers, upper, env, spec.pypi_cutoff) as sandbox:
                     sandbox.write(SEEDED_TEMP_NAMES_AT, SEEDED_TEMP_NAMES)

@@ -5,7 +5,8 @@ the harness's clone fetched it from GitHub, and a build sandbox has no network. 
 the commit is matched with its URL in the commit's ``.gitmodules``, the URL read as a GitHub
 repository (``https://github.com/owner/name``, ``git@github.com:owner/name``, or a path relative
 to the superproject's own), and that repository's recorded commit is exported into the
-submodule's folder from the same source as the superproject (mirror, local path or URL).
+submodule's folder from the same source as the superproject (mirror, local path or URL); one
+that cannot be had stays empty, as in the harness's clone.
 """
 
 from __future__ import annotations
@@ -46,39 +47,46 @@ def submodule_repo(url: str, superproject: str) -> str | None:
 
 def export_submodules(
     source: RepoSource, repo: str, git_dir: Path, commit: str, dest: Path
-) -> list[str]:
-    """Fill the submodules of ``commit`` (already exported at ``dest``), and theirs; the paths
-    filled. A submodule whose URL or commit cannot be found is a RepoError naming both."""
+) -> tuple[list[str], list[str]]:
+    """Fill the submodules of ``commit`` (already exported at ``dest``), and theirs: the paths
+    filled, and why each other one stays empty. The harness's clone (``git clone
+    --single-branch``) leaves every submodule empty, so one the mirror lacks (getmoto/moto's
+    terraform-provider-aws, its own test suite's) stays empty here too, named for the build log;
+    one an install needs then fails the install, after that line."""
     links = gitlinks(git_dir, commit)
     if not links:
-        return []
+        return [], []
     modules = _modules(git_dir, commit)
-    filled = []
+    filled: list[str] = []
+    empty: list[str] = []
     for path, sha in sorted(links.items()):
         module, url = modules.get(path, (None, None))
         if module is None or url is None:
-            raise RepoError(f"{repo}: submodule {path} at {commit[:12]} has no URL in .gitmodules")
+            empty.append(f"{repo}: submodule {path} at {commit[:12]} has no URL in .gitmodules")
+            continue
         name = submodule_repo(url, repo)
         if name is None:
-            raise RepoError(
+            empty.append(
                 f"{repo}: submodule {path} comes from {url}, which names no GitHub repository "
                 "that a mirror could hold"
             )
+            continue
         try:
             sub_git = source.resolve(name, commits=[sha])
-            target = dest / path  # the empty folder the superproject's checkout left
-            export_commit(sub_git, sha, target, repo=name)
         except RepoError as exc:
-            raise RepoError(f"{repo}: submodule {path} ({url} at {sha[:12]}): {exc}") from exc
+            empty.append(f"{repo}: submodule {path} ({url} at {sha[:12]}): {exc}")
+            continue
+        target = dest / path  # the empty folder the superproject's checkout left
+        export_commit(sub_git, sha, target, repo=name)
         # initialised, as `git submodule update --init` leaves it: tools that check (astropy's
         # ah_bootstrap runs `git submodule status`) see it there and fetch nothing
         _git(["config", f"submodule.{module}.url", url], git_dir=dest / ".git")
         _git(["config", f"submodule.{module}.active", "true"], git_dir=dest / ".git")
         filled.append(path)
-        filled += [
-            f"{path}/{inner}" for inner in export_submodules(source, name, sub_git, sha, target)
-        ]
-    return filled
+        inner_filled, inner_empty = export_submodules(source, name, sub_git, sha, target)
+        filled += [f"{path}/{inner}" for inner in inner_filled]
+        empty += inner_empty
+    return filled, empty
 
 
 def _modules(git_dir: Path, commit: str) -> dict[str, tuple[str, str]]:

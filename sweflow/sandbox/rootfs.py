@@ -41,6 +41,9 @@ DEFAULT_INCLUDE: tuple[str, ...] = (
     "bash",
     "procps",
     "patch",
+    # the harnesses' base images have build-essential; recipes call make without installing
+    # it (SWE-Gym's getmoto/moto installs by `make init`)
+    "make",
 )
 MARKER = ".sweflow-rootfs.json"
 
