@@ -62,6 +62,7 @@ from sweflow.training.workdir import work_lock
 # else the demo that ships with the package
 LEARN = Path("data") / "learn" / "tasks.jsonl"
 RESULT = "learn.json"  # written last: a run folder without it is continued by a re-run
+SPLITS = ("dev", "test")  # the dataset's held-out projects; the plan's test_dataset, run once
 UNGUARDED = "sft_without_repeat_guard"  # the SFT model again, its repeated replies run again
 
 
@@ -95,6 +96,9 @@ class LearnPlan(ConfigModel):
     # times, and masked if none differs; without it every update of an all-failure group follows
     # the shaping alone, toward a first action that never resolves (benchmarks/results/learn.md)
     rl_dynamic_rounds: int = Field(3, ge=0)
+    # the test split (a tasks file, relative to where the bench runs): every model is run on it
+    # once, reported apart from the dev split (the dataset's held-out projects); null: none
+    test_dataset: Path | None = None
 
 
 def load_plan(path: Path) -> LearnPlan:
@@ -199,7 +203,12 @@ def _measure(
     progress(
         f"building {len(train_rows) + len(eval_rows)} environments ({len(eval_rows)} held out)"
     )
+    splits = {"dev": (data, eval_rows)}
+    if (test_data := _test_split(plan, dataset)) is not None:
+        splits["test"] = (test_data, test_data.rows)
     built = data.builder(store, wheelhouse=offline).build(train_rows + eval_rows)
+    if "test" in splits:
+        built += test_data.builder(store).build(test_data.rows)
     if failed := [r for r in built if r.status == "error"]:
         raise BenchError(f"{failed[0].instance_id} did not build: {failed[0].error}")
     report: dict = {
@@ -207,7 +216,8 @@ def _measure(
         "train_tasks": len(train_rows),
         "heldout_tasks": len(eval_rows),
         "heldout_repos": sorted(held),
-        "leak_rate": {"train": leak_rate(train_rows), "heldout": leak_rate(eval_rows)},
+        "leak_rate": {"train": leak_rate(train_rows)}
+        | {split: leak_rate(rows) for split, (_, rows) in splits.items()},
         "run_dir": str(out),
     }
     if run_folder.stages_from:  # its minutes are not in this run's
@@ -243,31 +253,27 @@ def _measure(
     )
     report["sft"] = _sft_figures(sft)
 
-    heldout: dict[str, dict] = {}
+    figures: dict[str, dict[str, dict]] = {split: {} for split in splits}
+
+    def evaluate(name: str, model: ModelURL | None, **options) -> None:
+        """``name``'s graded runs on every split (the dev split's folder keeps its old name)."""
+        for split, (split_data, rows) in splits.items():
+            folder = out / name / ("heldout" if split == "dev" else split)
+            figures[split][name] = _runs(model, split_data, store, rows, folder, plan, **options)
+
     fewshot = _fewshot_agent(plan, Path(gold.outputs["openai"]))
     with served_model(base, out / "base", progress) as model:
-        heldout["base"] = _runs(model, data, store, eval_rows, out / "base" / "heldout", plan)
-        heldout["fewshot"] = _runs(
-            model, data, store, eval_rows, out / "fewshot" / "heldout", plan, agent=fewshot
-        )
-    progress(f"the scripted policy (no model) on {len(eval_rows)} held-out tasks")
-    heldout["scripted"] = agent_runs(
-        None,
-        data,
-        store,
-        eval_rows,
-        out / "scripted" / "heldout",
-        _agent(plan),
-        plan.max_tokens,
-        client_for=scripted_clients("text"),
-    )
+        evaluate("base", model)
+        evaluate("fewshot", model, agent=fewshot)
+    progress("the scripted policy (no model) on the held-out tasks")
+    evaluate("scripted", None, client_for=scripted_clients("text"))
     taught = set(sft.data["instances"])  # RL's candidates: tasks the SFT data holds
     trained = [r for r in train_rows if r.instance_id in taught]
     sft_model = Path(sft.model)
     with served_model(sft_model, out / "sft", progress) as model:
-        heldout["sft"] = _runs(model, data, store, eval_rows, out / "sft" / "heldout", plan)
+        evaluate("sft", model)
         if plan.unguarded:
-            heldout[UNGUARDED] = _runs(
+            figures["dev"][UNGUARDED] = _runs(
                 model,
                 data,
                 store,
@@ -304,7 +310,7 @@ def _measure(
         overfit.update(reward_first_quarter=first, reward_last_quarter=last, curves=rl.curves)
     if chosen:
         with served_model(rl_model, out / "rl", progress) as model:
-            heldout["rl"] = _runs(model, data, store, eval_rows, out / "rl" / "heldout", plan)
+            evaluate("rl", model)
             samples = _runs(
                 model,
                 data,
@@ -317,11 +323,11 @@ def _measure(
             )
             overfit.update(_sampled("after", samples["trajectories"]))
     else:  # no RL ran: the SFT+RL model is the SFT model
-        heldout["rl"] = heldout["sft"]
+        for split in splits:
+            figures[split]["rl"] = figures[split]["sft"]
         overfit["note"] = "no train task is resolved sometimes by the SFT model: RL did not run"
-    report["heldout"] = {
-        name: _with_resolve_rate(figures["rates"]) for name, figures in heldout.items()
-    }
+    for split in splits:
+        report[split] = {name: _with_resolve_rate(f["rates"]) for name, f in figures[split].items()}
     report["rl_overfit"] = {"resolve_after": None, **overfit}
     report["minutes"] = run_folder.minutes()  # every invocation's, when a re-run continued it
     report["plots"] = _plots(report, out)
@@ -332,11 +338,12 @@ def _measure(
 
 
 def track(tracking: TrackingRun, report: dict, out: Path) -> None:
-    """The run's figures (``learn/heldout/<model>/<rate>``, the RL check's resolve rates and
+    """The run's figures (``learn/<split>/<model>/<rate>``, the RL check's resolve rates and
     the teacher's counts), its JSON and its plots, in its tracking run."""
     figures = {
-        f"heldout/{model}/{name}": value
-        for model, rates in report["heldout"].items()
+        f"{split}/{model}/{name}": value
+        for split in SPLITS
+        for model, rates in report.get(split, {}).items()
         for name, value in rates.items()
     }
     overfit = report["rl_overfit"]
@@ -457,6 +464,19 @@ def _agent(plan: LearnPlan, repeat_guard: bool = True) -> AgentConfig:
     )
 
 
+def _test_split(plan: LearnPlan, dataset: Path) -> Dataset | None:
+    """The plan's test split, for the learning set it was synthesized beside (a run on another
+    dataset has none)."""
+    if plan.test_dataset is None or dataset != LEARN:
+        return None
+    if not plan.test_dataset.is_file():
+        raise BenchError(
+            f"the plan's test_dataset {plan.test_dataset} does not exist (run from a checkout's "
+            "root; `sweflow synth --config configs/synth-learn-test.yaml` makes it)"
+        )
+    return Dataset.load(plan.test_dataset)
+
+
 def _fewshot_agent(plan: LearnPlan, golden: Path) -> AgentConfig:
     """The plan's agent whose system prompt ends with one golden trajectory of a train task
     (the shortest, so the example leaves the most context): the few-shot baseline, the base
@@ -469,7 +489,7 @@ def _fewshot_agent(plan: LearnPlan, golden: Path) -> AgentConfig:
 
 
 def _runs(
-    model: ModelURL,
+    model: ModelURL | None,
     data: Dataset,
     store: Path,
     rows: list[Instance],
@@ -513,14 +533,14 @@ def _plots(report: dict, out: Path) -> list[str]:
     names = ["valid_action_rate", *(f"{name}_rate" for name in FUNNEL)]
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 4.5), width_ratios=[3, 1])
     ran_rl = "note" not in report["rl_overfit"]  # else "rl" repeats the SFT model's figures
-    models = {name: r for name, r in report["heldout"].items() if name != "rl" or ran_rl}
+    models = {name: r for name, r in report["dev"].items() if name != "rl" or ran_rl}
     width = 0.8 / len(models)
     for i, (model, rates) in enumerate(models.items()):
         xs = [x + (i - (len(models) - 1) / 2) * width for x in range(len(names))]
         left.bar(xs, [rates.get(n, 0) for n in names], width, label=model)
     left.set_xticks(range(len(names)), [n.removesuffix("_rate") for n in names], rotation=20)
     left.set_ylim(0, 1)
-    left.set_title(f"held-out tasks ({report['heldout_tasks']}): {' vs '.join(models)}")
+    left.set_title(f"dev tasks ({report['heldout_tasks']}): {' vs '.join(models)}")
     left.legend()
     overfit = report["rl_overfit"]
     values = [overfit.get("resolve_before") or 0, overfit.get("resolve_after") or 0]

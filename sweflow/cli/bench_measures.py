@@ -268,22 +268,25 @@ def _counts(overfit: dict) -> str:
 
 
 def print_learn_report(report: dict, out: Console) -> None:
-    """bench learn's figures for a person: the held-out funnel per model, then the rest."""
+    """bench learn's figures for a person: the funnel per model on each split, then the rest."""
     from rich.table import Table
 
     from sweflow.agent.runs.scores import FUNNEL
+    from sweflow.bench.learn import SPLITS
 
-    table = Table(
-        title=f"held-out tasks ({report['heldout_tasks']}, of {', '.join(report['heldout_repos'])})"
-    )
-    table.add_column("model")
-    table.add_column("valid actions", justify="right")
-    for name in FUNNEL:
-        table.add_column(name.replace("_", " "), justify="right")
-    for model, figures in report["heldout"].items():
-        valid = f"{figures['valid_action_rate']:.0%} of {figures['replies']} replies"
-        table.add_row(model, valid, *(f"{figures[n]} ({figures[f'{n}_rate']:.2f})" for n in FUNNEL))
-    out.print(table)
+    for split in (s for s in SPLITS if s in report):
+        rows = next(iter(report[split].values()), {}).get("runs", 0)
+        about = f"of {', '.join(report['heldout_repos'])}" if split == "dev" else "run once"
+        table = Table(title=f"{split} tasks ({rows}, {about})")
+        table.add_column("model")
+        table.add_column("valid actions", justify="right")
+        for name in FUNNEL:
+            table.add_column(name.replace("_", " "), justify="right")
+        for model, figures in report[split].items():
+            valid = f"{figures['valid_action_rate']:.0%} of {figures['replies']} replies"
+            counts = (f"{figures[n]} ({figures[f'{n}_rate']:.2f})" for n in FUNNEL)
+            table.add_row(model, valid, *counts)
+        out.print(table)
     sft, overfit = report["sft"], report["rl_overfit"]
     loss = (
         f"{sft['loss_first']:.3f} -> {sft['loss_last']:.3f}"

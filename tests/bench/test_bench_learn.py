@@ -98,10 +98,11 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
         "minutes": 3.5,
         "run_dir": "runs/x",
         "sft": {"steps": 7, "loss_first": 1.5, "loss_last": 0.25},
-        "heldout": {
+        "dev": {
             "base": rates([RunScore(replies=3)] * 2).as_dict(),
             "sft": rates(sft).as_dict(),
         },
+        "test": {"scripted": rates([RunScore(replies=2, valid_replies=2)] * 3).as_dict()},
         "rl_overfit": {"note": "no train task is resolved sometimes by the SFT model"},
     }
     console = Console(record=True, width=200)
@@ -111,6 +112,7 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
     sft_row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("sft"))
     assert "50% of 6 replies" in sft_row and sft_row.count("1 (0.50)") == 2  # right file, edited
     assert "loss 1.500 -> 0.250" in text and "seed 1" in text and "no train task" in text
+    assert "dev tasks (2, of pypi/toolz)" in text and "test tasks (3, run once)" in text
 
 
 def test_a_cut_short_run_is_continued_by_the_same_command(tmp_path, monkeypatch) -> None:
@@ -175,7 +177,7 @@ def test_the_rl_check_reports_the_runs_behind_its_rates() -> None:
         "minutes": 1.0,
         "run_dir": "runs/x",
         "sft": {"steps": 1, "loss_first": None, "loss_last": None},
-        "heldout": {},
+        "dev": {},
         "rl_overfit": {"steps": 6, "tasks": ["t"], "samples_per_task": 16, **before, **after},
     }
     console = Console(record=True, width=200)

@@ -1,8 +1,10 @@
-"""The committed learning set (data/learn), made by `sweflow synth -c configs/synth-learn.yaml`.
+"""The committed learning set (data/learn, `sweflow synth -c configs/synth-learn.yaml`) and its
+test split (data/learn-test, `configs/synth-learn-test.yaml`).
 
 Static checks on every task: the split holds whole projects out, there are enough tasks on each
-side, every task fails before its fix, and no statement says where the bug is (the changed file
-or a changed line). The synthesis validated every task as `sweflow env validate` does.
+side, the test split's projects are used nowhere else, every task fails before its fix, and no
+statement says where the bug is (the changed file or a changed line). The synthesis validated
+every task as `sweflow env validate` does.
 """
 
 from __future__ import annotations
@@ -23,14 +25,30 @@ from sweflow.synth.leaks import gold_file_leaks
 
 ROOT = Path(__file__).resolve().parents[2]
 LEARN = ROOT / "data" / "learn"
+TEST = ROOT / "data" / "learn-test"
+LEARN_REPOS = {t.repo for t in load_instances(LEARN / "tasks.jsonl").raise_for_errors()}
 
 
-@pytest.fixture(scope="module")
-def tasks() -> list[Instance]:
-    return load_instances(LEARN / "tasks.jsonl").raise_for_errors()
+@pytest.fixture(scope="module", params=[LEARN, TEST], ids=["learn", "learn-test"])
+def tasks(request) -> list[Instance]:
+    return load_instances(request.param / "tasks.jsonl").raise_for_errors()
 
 
-def test_the_split_holds_out_whole_projects_and_both_sides_are_big_enough(tasks) -> None:
+def test_the_test_split_is_of_projects_nothing_else_uses() -> None:
+    config = load_config(ROOT / "configs" / "synth-learn-test.yaml")
+    assert config.out == (TEST / "tasks.jsonl").resolve()
+    test = Counter(t.repo for t in load_instances(TEST / "tasks.jsonl").raise_for_errors())
+    assert sum(test.values()) >= 40 and len(test) >= 3, test
+    elsewhere = {
+        t.repo
+        for data in (LEARN, ROOT / "data" / "demo")
+        for t in load_instances(data / "tasks.jsonl").raise_for_errors()
+    }
+    assert not set(test) & elsewhere
+
+
+def test_the_split_holds_out_whole_projects_and_both_sides_are_big_enough() -> None:
+    tasks = load_instances(LEARN / "tasks.jsonl").raise_for_errors()
     config = load_config(ROOT / "configs" / "synth-learn.yaml")
     assert config.out == (LEARN / "tasks.jsonl").resolve()
     split = SplitSection(**json.loads((LEARN / "split.json").read_text()))
@@ -87,7 +105,9 @@ def test_the_leak_check_sees_dotted_modules_and_test_files(tasks) -> None:
     assert not gold_file_leaks("the toolz package's get fails", ["toolz/itertoolz.py"])
     assert not gold_file_leaks("import utils", ["utils.py"])  # a bare word is not a path
     held = set(json.loads((LEARN / "split.json").read_text())["eval"])
-    heldout = [t for t in tasks if t.repo in held]
-    rate = leak_rate(heldout)
-    print(f"held-out statements that name their gold file some way: {rate:.0%} of {len(heldout)}")
+    evaluated = [t for t in tasks if t.repo in held or t.repo not in LEARN_REPOS]  # dev or test
+    rate = leak_rate(evaluated)
+    print(
+        f"evaluated statements that name their gold file some way: {rate:.0%} of {len(evaluated)}"
+    )
     assert 0 < rate < 1  # both kinds are there: the figure is worth reporting, not a constant
