@@ -30,7 +30,6 @@ from sweflow.pipeline.sections import (
     TrackingSection,
 )
 from sweflow.tracking.check import tracking_problems
-from sweflow.training.sft.sources.spec import COLLECT
 
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in STAGES)
 Stage = Literal[STAGE_NAMES]  # type: ignore[valid-type]
@@ -82,13 +81,9 @@ class PipelineBase(Section):
         return [name for name in STAGE_NAMES if name in needed]
 
     def upstream_of(self, stage: StageSpec) -> tuple[str, ...]:
-        """The stages ``stage`` reads in this config: its upstream, except that ``sft`` reads
-        collect's trajectories only when ``sft.data`` names them (or names nothing), so a
-        recipe that fine-tunes on a public set collects nothing."""
-        sft_data = self.section("sft").data
-        if stage.name == "sft" and sft_data and all(s.source != COLLECT for s in sft_data):
-            return tuple(name for name in stage.upstream if name != "collect_trajectories")
-        return stage.upstream
+        """The stages ``stage`` reads in this config: those of its upstream its own section's
+        settings read (``Section.reads``: sft without collect when it trains on a public set)."""
+        return self.section(stage.key).reads(stage.upstream) if stage.key else stage.upstream
 
     def forced(self) -> set[str]:
         """The forced stages and every stage downstream of one."""

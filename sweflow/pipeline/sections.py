@@ -27,10 +27,15 @@ from sweflow.serving.models import DEFAULT_MODEL
 from sweflow.tracking.config import TrackingConfig
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.sft.config import SFTConfig
+from sweflow.training.sft.sources.spec import COLLECT
 
 
 class Section(ConfigModel):
     """A section of the pipeline config (``ConfigModel``'s rules)."""
+
+    def reads(self, upstream: tuple[str, ...]) -> tuple[str, ...]:
+        """Which of its stage's ``upstream`` stages the stage reads with these settings: all."""
+        return upstream
 
 
 EVAL_PART = "pipeline_eval"  # set on the rows of dataset.eval: split.by dataset holds them out
@@ -222,6 +227,13 @@ class CollectSection(Section):
 
 class SFTSection(SFTConfig, Section):
     """The library's SFTConfig; ``model: null`` fine-tunes the pipeline's ``model.source``."""
+
+    def reads(self, upstream: tuple[str, ...]) -> tuple[str, ...]:
+        """collect's trajectories only when ``data`` names them (or names nothing): a recipe
+        that fine-tunes on a public set collects nothing."""
+        if self.data and all(source.source != COLLECT for source in self.data):
+            return tuple(name for name in upstream if name != "collect_trajectories")
+        return upstream
 
 
 class RLSection(RLConfig, Section):
