@@ -49,6 +49,7 @@ from sweflow.errors import ConfigError
 from sweflow.instances import Instance
 from sweflow.progress import Progress
 from sweflow.serving import resolve_model
+from sweflow.serving.vllm import serving_python, vllm_installed
 from sweflow.synth.leaks import changed_files, gold_file_leaks
 from sweflow.tracking import TrackingConfig, TrackingRun
 from sweflow.tracking.run import tracked_run
@@ -200,6 +201,11 @@ def _measure(
     eval_rows = across_projects([r for r in data.rows if r.repo in held], plan.heldout_tasks)
     if not train_rows or not eval_rows:
         raise BenchError(f"{dataset}: no train or no held-out task (held out: {sorted(held)})")
+    if not vllm_installed():  # said now, not after the builds, the teacher and SFT
+        raise BenchError(
+            f"vLLM is not installed for {serving_python()}: the benchmark serves every model "
+            "with it (bash scripts/setup-serve.sh, or set SWEFLOW_SERVE_PYTHON)"
+        )
     progress(
         f"building {len(train_rows) + len(eval_rows)} environments ({len(eval_rows)} held out)"
     )

@@ -282,3 +282,17 @@ def test_the_fewshot_prompt_ends_with_the_shortest_golden_trajectory(tmp_path: P
     assert "system prompt" not in prompt  # the example's own system prompt is left out
     assert "OUTPUT:\n" + "y" * 1500 + "\n[...]" in prompt  # a long output is cut
     assert agent.max_steps == plan.max_steps and agent.tool_mode == "text"
+
+
+def test_without_vllm_it_stops_before_any_work(tmp_path, monkeypatch) -> None:
+    """The models are served by vLLM: a serving interpreter without it is said before the
+    builds, the teacher and SFT (it was said 20 minutes in, when the base model was served)."""
+    import sys
+
+    from sweflow.bench.learn import run
+
+    monkeypatch.setenv("SWEFLOW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SWEFLOW_SERVE_PYTHON", sys.executable)  # the project's venv: no vLLM
+    with pytest.raises(BenchError, match="vLLM is not installed for .*setup-serve.sh"):
+        run(quick=True, dataset=DEMO, progress=lambda *a: None)
+    assert not (tmp_path / "cache" / "bench" / "learn" / "store").exists()
