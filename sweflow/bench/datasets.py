@@ -81,8 +81,8 @@ FIXTURES: dict[str, Fixture] = {
     ),
     "swe-rebench": Fixture(
         FORMATS_DATA / "swe-rebench" / "rows.jsonl",
-        "the swebench rows with the install_config SWE-rebench rows carry "
-        "(scripts/make_swerebench_rows.py); published ones: "
+        "more-itertools' SWE-bench-format rows (sweflow/data/envcache) with the install_config "
+        "SWE-rebench rows carry (scripts/make_swerebench_rows.py); published ones: "
         + _OFF_HUB.format("nebius/SWE-rebench"),
         mirror=ENVCACHE.parent,
     ),
