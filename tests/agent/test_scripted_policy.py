@@ -25,6 +25,8 @@ TRACEBACK = (
     '  File "/testbed/pkg/api.py", line 10, in f\n'
     '  File "/testbed/pkg/core.py", line 42, in g\n'
     '  File "/testbed/tests/helpers.py", line 3, in h\n'
+    '  File "/testbed/conftest.py", line 7, in fixture\n'
+    '  File "/testbed/pkg/core_test.py", line 5, in check\n'
     "ValueError: bad\n"
 )
 

@@ -17,11 +17,11 @@ from sweflow.agent.config import ToolMode
 from sweflow.agent.teacher.clues import frames, reproduction
 from sweflow.agent.teacher.replay import last_observation, reply_message, run_script
 from sweflow.agent.tools import EDITOR, SUBMIT
+from sweflow.grading.patches import is_test_path
 from sweflow.instances import Instance
 from sweflow.sandbox import Sandbox
 
 LINES_AROUND = 15  # lines viewed above and below the frame's line
-_TEST_PARTS = ("tests", "test", "testing")
 
 
 class ScriptedPolicy:
@@ -69,9 +69,8 @@ class ScriptedPolicy:
     def deepest_frame(self, observation: str) -> tuple[str, int] | None:
         """The innermost traceback frame in the repository's own code (not its tests)."""
         for frame in reversed(frames(observation, self.workdir)):
-            if not any(part in _TEST_PARTS for part in frame.path.split("/")[:-1]):
-                if not frame.path.split("/")[-1].startswith("test_"):
-                    return frame.path, frame.line
+            if not is_test_path(frame.path):
+                return frame.path, frame.line
         return None
 
     async def close(self) -> None:
