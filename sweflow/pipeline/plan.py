@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from sweflow.pipeline.sections import ModelSection
+from sweflow.pipeline.stages.common import newest_trained
 from sweflow.serving import ServeConfig, cached_model, vllm_command
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ def _collect(config: PipelineConfig) -> StagePlan:
 
 
 def _sft(config: PipelineConfig) -> StagePlan:
+    from sweflow.training.sft import data as sft_data
     from sweflow.training.sft import recipe
     from sweflow.training.sft.config import SFTConfig
 
@@ -122,7 +124,7 @@ def _sft(config: PipelineConfig) -> StagePlan:
         summary += f"; {config_path} lists the model's files once {reference} is downloaded"
     else:
         device, dtype = recipe.resolve_device(settings)
-        data = work / "data" / "train.jsonl"
+        data = sft_data.data_dir(work) / sft_data.TRAIN_FILE
         run = recipe.RecipePlan(folder, data, 0, work, device, dtype)
         body = recipe.recipe_config(settings, run, resume=False)
         shown.append(Shown(str(config_path), yaml.safe_dump(body, sort_keys=False), "yaml"))
@@ -130,10 +132,11 @@ def _sft(config: PipelineConfig) -> StagePlan:
 
 
 def _rl(config: PipelineConfig, compose_in: Path | None) -> StagePlan:
+    from sweflow.pipeline.stages.rl import planned_policy
     from sweflow.training.rl.config import RLConfig
 
     rl = RLConfig(**config.rl.model_dump())
-    policy = _policy(config)
+    policy = planned_policy(config)
     summary = (
         f"{rl.steps} {rl.algorithm} step(s) of {rl.backend} on {policy}: {rl.tasks_per_step} "
         f"task(s) x {rl.rollouts_per_task} rollouts a step"
@@ -160,7 +163,7 @@ def _rl(config: PipelineConfig, compose_in: Path | None) -> StagePlan:
 
 
 def _infer(config: PipelineConfig) -> StagePlan:
-    trained = _trained(config)
+    trained = newest_trained(config)
     model = trained or config.model.source
     summary = (
         f"{config.infer.samples} sample(s) of each eval task (limit "
@@ -200,20 +203,3 @@ def _served(config: PipelineConfig, model: str | Path) -> list[Shown]:
     argv, _ = vllm_command(serve, gpu=True)
     title = "vLLM" if folder else "vLLM (its tool parser is chosen once the model is here)"
     return [Shown(title, shlex.join(argv), "bash")]
-
-
-def _policy(config: PipelineConfig) -> str | Path:
-    """The policy RL starts from: ``rl.model``, else the run's SFT model, else the base."""
-    if config.rl.model:
-        return config.rl.model
-    if "sft" in config.stages:
-        return config.run_dir / "sft" / "model"
-    return config.model.source
-
-
-def _trained(config: PipelineConfig) -> Path | None:
-    """The newest model the run trains (what infer serves), if it trains one."""
-    for stage in ("rl", "sft"):
-        if stage in config.stages:
-            return config.run_dir / stage / "model"
-    return None

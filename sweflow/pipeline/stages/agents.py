@@ -32,6 +32,7 @@ from sweflow.grading import Grader
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 from sweflow.pipeline.stages.common import (
+    TRAINING_STAGES,
     StageContext,
     StageError,
     StageResult,
@@ -124,9 +125,6 @@ def _collect_plan(
         ctx.progress(f"cannot replay {instance_id}: {why}", 0, len(rows))
     kept = [row for row in rows if row.instance_id not in skipped]
     return kept, plan(mode, client_for=client_for)
-
-
-TRAINING_STAGES = ("rl", "sft")  # newest first
 
 
 def newest_model(upstream: dict[str, dict]) -> Path | None:

@@ -88,6 +88,24 @@ class StageResult:
         return f"{self.stage}: {counts or 'done'}"
 
 
+TRAINING_STAGES = ("rl", "sft")  # newest first
+
+
+def model_dir(config: PipelineConfig, stage: str) -> Path:
+    """Where training stage ``stage`` publishes its model: what the plan names before the run
+    and the stage writes."""
+    return config.run_dir / stage / "model"
+
+
+def newest_trained(config: PipelineConfig) -> Path | None:
+    """The model folder of the run's last training stage (RL, else SFT): what infer serves;
+    None when the run trains none (the base is served)."""
+    for stage in TRAINING_STAGES:
+        if stage in config.stages:
+            return model_dir(config, stage)
+    return None
+
+
 def json_digest(value: object) -> str:
     text = json.dumps(value, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -17,6 +17,7 @@ from sweflow.pipeline.stages.common import (
     StageResult,
     bring_instances,
     make_executor,
+    model_dir,
 )
 from sweflow.serving import resolve_model
 from sweflow.training.rl.config import RLConfig
@@ -29,29 +30,36 @@ if TYPE_CHECKING:
     from sweflow.pipeline.config import PipelineConfig
 
 
-def policy_model(config: PipelineConfig, upstream: dict[str, dict]) -> tuple[str, Path]:
-    """(the reference, the folder) of the policy: ``rl.model``, else the run's SFT model, else
+def planned_policy(config: PipelineConfig) -> str | Path:
+    """The policy RL starts from: ``rl.model``, else the run's SFT model (its folder), else
     ``model.source``."""
     if config.rl.model:
-        return config.rl.model, resolve_model(config.rl.model, cache=config.run_dir / "models")
-    if "sft" in upstream:
-        folder = Path(upstream["sft"]["outputs"]["model"])
-        return str(folder), folder
-    return config.model.source, resolve_model(config.model.source, cache=config.run_dir / "models")
+        return config.rl.model
+    if "sft" in config.stages:
+        return model_dir(config, "sft")
+    return config.model.source
+
+
+def policy_model(config: PipelineConfig) -> tuple[str, Path]:
+    """(the reference, the folder) of :func:`planned_policy`, a named model fetched."""
+    policy = planned_policy(config)
+    if isinstance(policy, Path):  # the run's SFT model
+        return str(policy), policy
+    return policy, resolve_model(policy, cache=config.run_dir / "models")
 
 
 def policy_digest(config: PipelineConfig) -> dict[str, str]:
     """The cache key has the starting policy's content (an SFT model's is its stage digest)."""
-    if not config.rl.model and "sft" in config.stages:
+    if isinstance(planned_policy(config), Path):
         return {}
-    return {"policy": folder_digest(policy_model(config, {})[1])}
+    return {"policy": folder_digest(policy_model(config)[1])}
 
 
 def rl(ctx: StageContext) -> StageResult:
     """GRPO steps on the train split's tasks; the result is the model ``infer`` serves next."""
     config = ctx.config
     settings = RLConfig(**config.rl.model_dump())
-    reference, policy = policy_model(config, ctx.upstream)
+    reference, policy = policy_model(config)
     store = LayerStore(config.store())
     train_rows = split_rows(ctx, "train", None)
     val_rows = validation_rows(ctx, settings, train_rows)
@@ -85,7 +93,7 @@ def rl(ctx: StageContext) -> StageResult:
             rows,
             policy,
             work,
-            work / "model",
+            model_dir(config, "rl"),
             settings,
             store=config.store(),
             specs=ctx.dataset().specs,

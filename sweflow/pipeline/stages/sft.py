@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweflow.pipeline.model_servers import ModelServers
-from sweflow.pipeline.stages.common import StageContext, StageResult
+from sweflow.pipeline.stages.common import StageContext, StageResult, model_dir
 from sweflow.serving import resolve_model
 from sweflow.training.sft.config import SFTConfig
 from sweflow.training.sft.train import SFTResult, train_sft
@@ -51,7 +51,7 @@ def sft(ctx: StageContext) -> StageResult:
         data,
         base,
         work,
-        work / "model",
+        model_dir(config, "sft"),
         settings,
         base_name=reference,
         agent=config.agent,

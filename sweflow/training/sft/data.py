@@ -30,6 +30,13 @@ from sweflow.errors import ConfigError
 from sweflow.training.chat import ActionsLostError, ChatEncoder, ChatTemplateError, DriftError
 from sweflow.training.sft.windows import IGNORE, last_turns, split_windows
 
+TRAIN_FILE = "train.jsonl"  # the tokenized sequences torchtune's dataset reads
+
+
+def data_dir(work_dir: Path) -> Path:
+    """Where an SFT work folder keeps its data: the mix, and the tokenized sequences."""
+    return work_dir / "data"
+
 
 class SFTDataError(ConfigError):
     """No usable training data; the message says why and what to do."""
@@ -242,7 +249,7 @@ def prepare(
     report.trained_tokens = sum(label != IGNORE for e in train for label in e.labels)
     report.instances = sorted({e.instance_id for e in train})
     out_dir.mkdir(parents=True, exist_ok=True)
-    train_path = _write(out_dir / "train.jsonl", train)
+    train_path = _write(out_dir / TRAIN_FILE, train)
     heldout_path = _write(out_dir / "heldout.jsonl", held) if held else None
     return train_path, heldout_path, report
 

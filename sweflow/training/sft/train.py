@@ -94,7 +94,7 @@ def train_sft(
         say(f"reading {', '.join(s.source for s in sources)}")
         mixed, reports = write_mix(
             sources,
-            work_dir / "data",
+            sft_data.data_dir(work_dir),
             tool_mode=config.tool_mode,
             agent=agent or AgentConfig(),
             seed=config.seed,
@@ -136,7 +136,7 @@ def _train(
     train_path, heldout_path, report = sft_data.prepare(
         data,
         ChatEncoder(base),
-        work_dir / "data",
+        sft_data.data_dir(work_dir),
         max_seq_len=config.max_seq_len,
         overlength=config.overlength,
         heldout_fraction=config.heldout_fraction,
