@@ -43,6 +43,19 @@ if ((user_marker == 0)) && [[ ${SWEFLOW_SLOW:-0} != 1 && ${CI:-} != true ]]; the
   args=(-m "not slow" "${args[@]}")
 fi
 
+# The slow tests' side stacks (vLLM's and verl's venvs, GBs of wheels) install while the first
+# tests run, not inside the first test that needs them: those tests run the same scripts, wait on
+# the same lock (.setup.lock) and find them ready (or install them, should this have failed).
+side_pid=
+if [[ ${args[*]} != *"not slow"* ]] && [[ ${CI:-} == true || ${SWEFLOW_SLOW:-0} == 1 ]]; then
+  side_log=${tmp_dir}/sweflow-side-venvs.log
+  echo "[test] installing the serving and verl stacks in the background (log: $side_log)"
+  setsid bash -c 'bash scripts/setup-serve.sh && bash scripts/setup-verl.sh' >"$side_log" 2>&1 &
+  side_pid=$!
+  # its own process group, stopped with the run (by then it is done, unless no test needed it)
+  trap 'kill -TERM -- "-$side_pid" 2>/dev/null || true' EXIT
+fi
+
 rc=0
 # the slowest tests are printed at the end, so CI's log says where its minutes go
 .venv/bin/python -m pytest --durations=30 "${args[@]}" || rc=$?

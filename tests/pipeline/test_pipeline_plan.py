@@ -7,6 +7,7 @@ vLLM's own parser where the serving environment exists. Nothing is downloaded or
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 from pathlib import Path
@@ -133,8 +134,13 @@ def test_sft_on_a_public_set_collects_nothing_but_collect_data_does() -> None:
 
 def test_the_vllm_command_parses_by_vllms_own_parser() -> None:
     python = serving_python()
-    if not vllm_installed(python):
-        pytest.skip(f"vLLM is not installed for {python} (bash scripts/setup-serve.sh)")
+    with open(REPO / ".setup.lock", "a") as lock:  # the side stacks' installs hold it
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pytest.skip("a side stack is being installed (scripts/test.sh starts it first)")
+        if not vllm_installed(python):
+            pytest.skip(f"vLLM is not installed for {python} (bash scripts/setup-serve.sh)")
     config = load_pipeline_config(MINISANDBOX, root=REPO)
     argv = shown(by_stage(plan(config))["infer"], "vLLM").split()
     options = argv[argv.index("--model") :]
