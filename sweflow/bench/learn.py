@@ -11,12 +11,15 @@ the demo set, toolz held out, when data/learn is absent) goes through the traini
    train on). No round of the teacher's corrections (``sweflow correct``) follows: at 135M a
    round made the held-out right-file rate worse than more golden windows did
    (benchmarks/results/learn.md has both findings);
-3. the base model, the SFT model and the SFT+RL model, each served by vLLM as ``infer`` serves
+3. teacher-forced accuracy (sweflow.training.teacher_forced): the teacher's trajectories of
+   the dev tasks fed to the base and the SFT model, the share of the edits' new text and the
+   views' targets each predicts token by token (it moves before resolves do);
+4. the base model, the SFT model and the SFT+RL model, each served by vLLM as ``infer`` serves
    it, run as the agent with the same limits on the held-out tasks (projects never trained on);
    per model the run scores of sweflow.agent.runs.scores as counts and rates;
-4. "can RL learn at all": on train tasks the SFT model trained on and resolves sometimes (a
+5. "can RL learn at all": on train tasks the SFT model trained on and resolves sometimes (a
    rate strictly between 0 and 1 at temperature 1), GRPO steps from the SFT model, and the
-   resolve rate over many samples per task before and after. The SFT+RL model of step 3 is
+   resolve rate over many samples per task before and after. The SFT+RL model of step 4 is
    this one.
 
 Everything lands in a run folder (trajectories, models, the JSON, PNG plots). The plan (how
@@ -35,17 +38,24 @@ from pathlib import Path
 from pydantic import ConfigDict, Field
 
 from sweflow.agent.config import AgentConfig
-from sweflow.agent.runs.jobs import replay_collect
-from sweflow.agent.runs.scores import FUNNEL
+from sweflow.agent.runs.jobs import JobSummary, replay_collect
 from sweflow.agent.teacher.scripted_policy import scripted_clients
 from sweflow.agent.templates import demonstration
 from sweflow.agent.trajectory import Trajectory
 from sweflow.bench import DATA, DEMO, BenchError, bench_root, heldout_repos, wheelhouse
-from sweflow.bench.learn_runs import ModelURL, agent_runs, resolve_rates, served_model
+from sweflow.bench.learn_plots import learn_plots
+from sweflow.bench.learn_runs import (
+    MAX_MODEL_LEN,
+    ModelURL,
+    agent_runs,
+    resolve_rates,
+    served_model,
+)
 from sweflow.bench.run_folder import RunFolder, open_run_folder
 from sweflow.configfile import ConfigModel, read_yaml_mapping, validate_model
 from sweflow.envcache.dataset import Dataset
 from sweflow.errors import ConfigError
+from sweflow.files import write_atomic
 from sweflow.instances import Instance
 from sweflow.progress import Progress
 from sweflow.serving import resolve_model
@@ -57,6 +67,7 @@ from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.trainer import train as train_rl
 from sweflow.training.sft.config import SFTConfig
 from sweflow.training.sft.train import SFTResult, train_sft
+from sweflow.training.teacher_forced import token_accuracy
 from sweflow.training.workdir import work_lock
 
 # The learning set of a checkout (35 MB, not shipped): the default when run from its root,
@@ -119,7 +130,7 @@ RL_ONLY = (
     "rl_learning_rate",
     "rl_dynamic_rounds",
 )
-BEFORE_RL = ("gold", "sft", "base")
+BEFORE_RL = ("gold", "sft", "base", "gold-dev", "teacher-forced")
 
 
 FULL = DATA / "bench" / "learn.yaml"  # the plans, shipped: why each figure, in its comments
@@ -259,6 +270,14 @@ def _measure(
     )
     report["sft"] = _sft_figures(sft)
 
+    progress(f"teacher-forced accuracy on the teacher's trajectories of {len(eval_rows)} dev tasks")
+    dev_gold = replay_collect(
+        eval_rows, store=store, specs=data.specs, out_dir=out / "gold-dev", max_steps=plan.max_steps
+    )
+    models = {"base": base, "sft": Path(sft.model)}
+    saved = out / "teacher-forced" / "accuracy.json"
+    report["teacher_forced"] = _teacher_forced(models, dev_gold, saved)
+
     figures: dict[str, dict[str, dict]] = {split: {} for split in splits}
 
     def evaluate(name: str, model: ModelURL | None, **options) -> None:
@@ -336,7 +355,7 @@ def _measure(
         report[split] = {name: _with_resolve_rate(f["rates"]) for name, f in figures[split].items()}
     report["rl_overfit"] = {"resolve_after": None, **overfit}
     report["minutes"] = run_folder.minutes()  # every invocation's, when a re-run continued it
-    report["plots"] = _plots(report, out)
+    report["plots"] = learn_plots(report, out)
     (out / RESULT).write_text(json.dumps(report, indent=1) + "\n")
     if tracking is not None:
         track(tracking, report, out)
@@ -389,6 +408,21 @@ def sft_config(plan: LearnPlan, seed: int) -> SFTConfig:
         activation_checkpointing=False,
         seed=seed,
     )
+
+
+def _teacher_forced(models: dict[str, Path], gold: JobSummary, saved: Path) -> dict:
+    """Each model's teacher-forced accuracy on the teacher's dev trajectories, read through the
+    context the agent runs with (kept in ``saved``: a continued run does not compute it again)."""
+    if saved.is_file():
+        return json.loads(saved.read_text())
+    records = _records(Path(gold.outputs["openai"])) if gold.kept else []
+    figures = {
+        name: token_accuracy(model, records, window=MAX_MODEL_LEN).figures()
+        for name, model in models.items()
+    }
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(saved, json.dumps(figures, indent=1) + "\n")
+    return figures
 
 
 def _sft_figures(sft: SFTResult) -> dict:
@@ -483,11 +517,16 @@ def _test_split(plan: LearnPlan, dataset: Path) -> Dataset | None:
     return Dataset.load(plan.test_dataset)
 
 
+def _records(path: Path) -> list[dict]:
+    """The conversations of a collect's OpenAI-format file (its sft.jsonl)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def _fewshot_agent(plan: LearnPlan, golden: Path) -> AgentConfig:
     """The plan's agent whose system prompt ends with one golden trajectory of a train task
     (the shortest, so the example leaves the most context): the few-shot baseline, the base
     model given the reply format instead of learning it."""
-    records = [json.loads(line) for line in golden.read_text().splitlines() if line.strip()]
+    records = _records(golden)
     shortest = min(records, key=lambda r: sum(len(m.get("content") or "") for m in r["messages"]))
     agent = _agent(plan)
     prompt = agent.system_template + demonstration(shortest["messages"])
@@ -527,42 +566,3 @@ def _sampled(when: str, runs: list[Trajectory]) -> dict:
         f"resolve_{when}": round(sum(per_task) / len(per_task), 3),
         f"resolved_{when}": f"{resolved} of {len(runs)}",
     }
-
-
-def _plots(report: dict, out: Path) -> list[str]:
-    """Held-out rates per model, and the RL check before/after, as PNGs in the run folder."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = ["valid_action_rate", *(f"{name}_rate" for name in FUNNEL)]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 4.5), width_ratios=[3, 1])
-    ran_rl = "note" not in report["rl_overfit"]  # else "rl" repeats the SFT model's figures
-    models = {name: r for name, r in report["dev"].items() if name != "rl" or ran_rl}
-    width = 0.8 / len(models)
-    for i, (model, rates) in enumerate(models.items()):
-        xs = [x + (i - (len(models) - 1) / 2) * width for x in range(len(names))]
-        left.bar(xs, [rates.get(n, 0) for n in names], width, label=model)
-    left.set_xticks(range(len(names)), [n.removesuffix("_rate") for n in names], rotation=20)
-    left.set_ylim(0, 1)
-    left.set_title(f"dev tasks ({report['heldout_tasks']}): {' vs '.join(models)}")
-    left.legend()
-    overfit = report["rl_overfit"]
-    values = [overfit.get("resolve_before") or 0, overfit.get("resolve_after") or 0]
-    labels = [
-        f"{name}\n{overfit.get(f'resolved_{when}') or ''}"
-        for name, when in (("SFT", "before"), ("SFT+RL", "after"))
-    ]
-    right.bar(labels, values, color=["tab:orange", "tab:green"])
-    right.set_ylim(0, 1)
-    tasks = len(overfit["tasks"])
-    right.set_title(
-        f"RL check: resolve rate\n({tasks} task{'s' * (tasks != 1)}, "
-        f"{overfit['samples_per_task']} samples each)"
-    )
-    fig.tight_layout()
-    path = out / "learn.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [str(path)]

@@ -298,6 +298,17 @@ def print_learn_report(report: dict, out: Console) -> None:
         f"train tasks, imitable fraction {report['imitable_fraction']:.3f}"
     )
     out.print(f"SFT (seed {report['seed']}): {sft['steps']} steps, loss {loss}")
+    for model, tf in report.get("teacher_forced", {}).items():
+        shown = (
+            f"{kind} {tf[f'{kind}_token_accuracy']:.3f} of {tf[f'{kind}_tokens']} tokens"
+            if tf[f"{kind}_token_accuracy"] is not None
+            else f"{kind} -"
+            for kind in ("edit", "view")
+        )
+        out.print(
+            f"teacher-forced accuracy of {model} on {tf['conversations']} dev trajectories: "
+            + ", ".join(shown)
+        )
     if overfit.get("note"):
         out.print(f"RL check: {overfit['note']}")
     else:

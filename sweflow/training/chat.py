@@ -88,6 +88,26 @@ class Encoded:
         return sum(self.trained)
 
 
+@dataclass(frozen=True)
+class Turn:
+    """Where assistant message ``index`` runs in a rendered conversation (characters)."""
+
+    index: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A conversation as its template renders it: the text, its tokens and each token's
+    character span in it, and the assistant turns."""
+
+    text: str
+    tokens: list[int]
+    offsets: list[tuple[int, int]]
+    turns: list[Turn]
+
+
 class ChatEncoder:
     """Renders and tokenizes conversations with a model folder's tokenizer and chat template."""
 
@@ -127,24 +147,12 @@ class ChatEncoder:
     def encode(self, messages: Messages, tools: Messages | None = None) -> Encoded:
         """The whole conversation's tokens with its assistant turns marked as trained, but for
         those of ``weight`` 0 (OpenAI's fine-tuning format: a turn that is context only)."""
-        text = self.render(messages, tools, prompt=False)
-        spans, prompts = [], []
-        for i, message in enumerate(messages):
-            if message.get("role") != "assistant":
-                continue
-            prefix = self.render(messages[:i], tools, prompt=True)
-            if not text.startswith(prefix):
-                raise DriftError(f"the chat template renders turn {i} differently in context")
-            end = self._end_in_context(text, prefix, messages[: i + 1], tools)
-            if message.get("weight", 1):
-                spans.append((len(prefix), end))
-            prompts.append(prefix)
-            self._check_actions(message, text[len(prefix) : end], i)
-        encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        tokens, offsets = encoding["input_ids"], encoding["offset_mapping"]
-        trained = [any(a <= s and e <= b for a, b in spans) for s, e in offsets]
+        rendered = self.rendered(messages, tools)
+        spans = [(t.start, t.end) for t in rendered.turns if messages[t.index].get("weight", 1)]
+        trained = [any(a <= s and e <= b for a, b in spans) for s, e in rendered.offsets]
+        tokens = rendered.tokens
         lengths = []
-        for prefix in prompts:
+        for prefix in (rendered.text[: t.start] for t in rendered.turns):
             alone = self.tokenize(prefix)
             if tokens[: len(alone)] != alone:
                 raise DriftError(
@@ -152,6 +160,23 @@ class ChatEncoder:
                 )
             lengths.append(len(alone))
         return Encoded(tokens, trained, lengths)
+
+    def rendered(self, messages: Messages, tools: Messages | None = None) -> Rendered:
+        """The conversation's text, its tokens with their character spans, and where in the
+        text each assistant turn runs (checked: in context as when prompted, actions shown)."""
+        text = self.render(messages, tools, prompt=False)
+        turns = []
+        for i, message in enumerate(messages):
+            if message.get("role") != "assistant":
+                continue
+            prefix = self.render(messages[:i], tools, prompt=True)
+            if not text.startswith(prefix):
+                raise DriftError(f"the chat template renders turn {i} differently in context")
+            end = self._end_in_context(text, prefix, messages[: i + 1], tools)
+            self._check_actions(message, text[len(prefix) : end], i)
+            turns.append(Turn(i, len(prefix), end))
+        encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return Rendered(text, encoding["input_ids"], encoding["offset_mapping"], turns)
 
     def _check_actions(self, message: dict[str, Any], rendered: str, turn: int) -> None:
         """Every tool call of an assistant turn shows in the turn's rendered text (its name, and
