@@ -12,7 +12,8 @@ singled out (failing with the gold patch, passing without it, or changing verdic
   other rows), given or told by the dataset's name (``SWE-bench_Verified``, ``lite.json``...);
 - ``tried`` / ``built`` / ``validated``: rows, rows with layers, rows that validated;
 - ``build_s_p50``: median build seconds of the rows built (a row built by an earlier run keeps
-  the seconds recorded then: results live in ``<store>/bench-swebench/`` and a re-run resumes);
+  the seconds recorded then: results live in ``<store>/bench-swebench/`` and a re-run resumes,
+  redoing a row whose environment a build would make anew: another base, spec or recipe);
 - ``store_mb_per_instance``: the bytes on disk of the built rows' layers, each file once (a
   layer shared by many rows, the Debian base, and a file the pool shares between layers are
   counted once) over the rows built, beside the anchors: an official SWE-bench docker image
@@ -208,7 +209,14 @@ def build_and_validate(
             mirrored.append(row)
         except RepoError:
             not_mirrored[row.repo] += 1
-    todo = [r for r in mirrored if results.get(r.instance_id) is None]
+
+    def done(row: Instance) -> bool:
+        """A record stands for the layers it was made on: a row whose environment a build would
+        make now (another base, spec or recipe; a failed build) is built and validated again."""
+        stored = builder.stored_layers(row)
+        return stored is not None and (results.get(row.instance_id) or {}).get("layers") == stored
+
+    todo = [r for r in mirrored if not done(r)]
     progress(f"{len(rows)} rows, {len(mirrored)} mirrored, {len(todo)} to build and validate")
     logs = results.root / "logs"
 
@@ -227,6 +235,7 @@ def build_and_validate(
                 "build": built.status,
                 "build_s": built.seconds if built.status == "built" else None,
                 "build_error": _first_line(built.error) if built.status == "error" else "",
+                "layers": built.layers,
                 "outcome": validation.outcome,
                 "reason": validation.reason,
                 "cause": failure_cause(

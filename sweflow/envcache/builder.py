@@ -16,10 +16,8 @@ skipped), concurrent (bounded) and isolated (one instance's failure is reported 
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
-import os
 import shlex
 import shutil
 import threading
@@ -46,6 +44,7 @@ from sweflow.envcache.buildsteps import (
     see_venv_from_base,
 )
 from sweflow.envcache.freshness import build_record, stale
+from sweflow.envcache.images.importer import PREFIXES as IMAGE_PREFIXES
 from sweflow.envcache.images.importer import find_image, import_base, import_image
 from sweflow.envcache.images.sources import ImageImportError
 from sweflow.envcache.instance_spec import WORKDIR, instance_sandbox_spec
@@ -53,6 +52,7 @@ from sweflow.envcache.pipsettings import host_pip_settings
 from sweflow.envcache.records import Layer, LayerKind, Manifest
 from sweflow.envcache.repos import RepoSource, export_commit, scm_version, unbuildable_rows
 from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
+from sweflow.envcache.runtimes import Runtime, find_runtime
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.storefiles import flocked
 from sweflow.envcache.submodules import export_submodules
@@ -84,9 +84,6 @@ ENV_RECIPE = 5  # part of every environment layer's key: bump it when _env_layer
 # manifest's env, for the eval script's re-install too.
 RECIPE = f"env{ENV_RECIPE}.instance3"
 WHEELHOUSE = "/wheelhouse"
-SUITE_PYTHONS = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
-HOST_PYTHON_BASE = "debian:bookworm"  # pyenv interpreters here are built against bookworm's libs
-PYENV_ROOTS = ("~/.pyenv/versions", "/opt/pyenv/versions")
 
 
 def activation_of(layers: Sequence[Layer]) -> str:
@@ -141,38 +138,6 @@ class BuildResult:
     error: str = ""
     log_path: str = ""
     layers: list[str] = field(default_factory=list)  # the manifest's digests, lowest first
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """Where the Python of an environment comes from."""
-
-    base: str
-    python: str  # the interpreter's path inside the sandbox
-    host_prefix: Path | None = None  # a host interpreter to copy into a python layer
-
-
-def find_runtime(version: str, base: str | None) -> Runtime:
-    """The base layer and interpreter for ``python: version``; an error says what was searched."""
-    if base is not None:
-        return Runtime(base, f"python{version}")
-    if version in SUITE_PYTHONS:
-        return Runtime(f"debian:{SUITE_PYTHONS[version]}", f"/usr/bin/python{version}")
-    roots = [os.path.expanduser(r) for r in PYENV_ROOTS]
-    if env_root := os.environ.get("PYENV_ROOT"):
-        roots.insert(0, os.path.join(env_root, "versions"))
-    found = sorted(
-        (p for root in roots for p in glob.glob(os.path.join(root, f"{version}.*"))),
-        key=lambda p: [int(x) if x.isdigit() else x for x in Path(p).name.split(".")],
-    )
-    for prefix in reversed(found):
-        exe = Path(prefix) / "bin" / f"python{version}"
-        if exe.exists():
-            return Runtime(HOST_PYTHON_BASE, str(exe), Path(prefix).resolve())
-    raise BuildError(
-        f"no Python {version}: no Debian suite ships it ({', '.join(SUITE_PYTHONS)}) and no host "
-        f"interpreter was found under {', '.join(roots)}; install it with pyenv or set `base`"
-    )
 
 
 def _digest(*parts: object) -> str:
@@ -301,6 +266,14 @@ class EnvBuilder:
         layers = [layer.digest for layer in manifest.layers]
         return BuildResult(iid, status, seconds, log_path=str(log), layers=layers), held
 
+    def stored_layers(self, instance: Instance) -> list[str] | None:
+        """The layer digests of the stored instance when a build would take it as it is; None
+        when a build would make it (absent, or from other inputs: row, spec, base, recipe)."""
+        manifest = self.store.read_manifest(instance.instance_id)
+        if manifest is None or self._why_build(instance, manifest) is not None:
+            return None
+        return [layer.digest for layer in manifest.layers]
+
     def _why_build(self, instance: Instance, manifest: Manifest | None) -> str | None:
         """Why the instance must be built: not stored, or stored from other inputs than its row
         and spec give now (``freshness``); None when the stored one is what a build would make."""
@@ -311,7 +284,25 @@ class EnvBuilder:
             spec = None if image_row else self.specs.get(instance.repo, instance.version or "")
         except SpecError as exc:  # the build says so too, as its error
             return str(exc)
-        return stale(manifest, build_record(instance, spec, RECIPE))
+        return (spec and self._base_changed(spec, manifest)) or stale(
+            manifest, build_record(instance, spec, RECIPE)
+        )
+
+    def _base_changed(self, spec: EnvSpec, manifest: Manifest) -> str | None:
+        """Why the stored instance stands on another base than a build would use now: another
+        image base named, or a rootfs that is not the one its name gives now (rebuilt with other
+        packages, another directory); None when it is the same. An image base is compared by
+        name, so that a cached instance needs no registry."""
+        try:
+            base = find_runtime(spec.python, self.options.base).base
+            if base.startswith(IMAGE_PREFIXES):
+                then = manifest.meta.get("base", base)
+                return None if then == base else f"built on base {then}, not {base}"
+            now = self.store.import_dir(resolve_base(base, rootfs_cache()), "base").digest
+        except SweflowError as exc:  # the build says so too, as its error
+            return str(exc)
+        then = manifest.layers[0].digest if manifest.layers else ""
+        return None if then == now else f"built on another base ({then[:12]} -> {now[:12]})"
 
     def _build_layers(self, instance: Instance, log: Path) -> Manifest:
         iid = instance.instance_id
@@ -331,6 +322,7 @@ class EnvBuilder:
                 "workdir": WORKDIR,
                 "env": env,
                 "python": runtime.python,
+                "base": runtime.base,
                 **build_record(instance, spec, RECIPE),
             },
         )

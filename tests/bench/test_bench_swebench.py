@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sweflow.bench.swebench import DATASET, failure_cause, subset_of
+from sweflow.bench.swebench import (
+    DATASET,
+    RowResults,
+    build_and_validate,
+    failure_cause,
+    subset_of,
+)
 from sweflow.cli.main import app
 
 
@@ -66,3 +72,23 @@ def test_a_failure_by_skipping_is_named_by_the_skip_reason_not_by_another_tests_
     )
     failing = ["xarray/tests/test_dataarray.py::TestDataArray::test_from_series_multiindex"]
     assert failure_cause(log, failing).startswith("ImportError: Pandas requires version")
+
+
+def test_a_rerun_keeps_a_rows_record_only_while_its_environment_is_the_same(
+    grading_built, tmp_path: Path
+) -> None:
+    """A record stands for the layers it was made on: one made on other layers (a base rebuilt
+    with other packages, an edited spec) is built and validated again; a current one is kept."""
+    data, store = grading_built
+    row = data.rows[0]
+    results = RowResults(tmp_path / "results")
+    results.put(row.instance_id, {"layers": ["0" * 64], "outcome": "gold_fails", "build": "built"})
+    said: list[str] = []
+    build_and_validate(data, [row], store, results, 1, 900.0, said.append)
+    assert said[0].endswith("1 to build and validate"), said
+    record = results.get(row.instance_id)
+    assert record["outcome"] == "valid", record
+    assert record["layers"] == data.builder(store).stored_layers(row)
+    said.clear()
+    build_and_validate(data, [row], store, results, 1, 900.0, said.append)
+    assert said == ["1 rows, 1 mirrored, 0 to build and validate"]

@@ -27,6 +27,7 @@ from sweflow.harness.evalscript import EvalRun
 from sweflow.harness.specs import SpecTable, load_specs
 from sweflow.instances import Instance, load_instances
 from sweflow.sandbox import open_sandbox
+from sweflow.sandbox.rootfs import MARKER
 
 DATA = Path(__file__).parents[1] / "data" / "envcache"
 DATASET = DATA / "instances.jsonl"
@@ -278,6 +279,30 @@ def test_an_instance_built_by_an_older_recipe_is_built_again(builder, built, ins
     assert [r.status for r in builder.build([row])] == ["cached"]
 
 
+def test_an_instance_built_on_another_base_is_built_again(
+    builder, built, instances, tmp_path: Path
+) -> None:
+    """A rootfs rebuilt with other packages (the base gained make) is another base layer: an
+    instance standing on the old one is not what a build makes now, so it is built again,
+    naming why, and ``stored_layers`` stops vouching for it until then."""
+    row = instances[0].model_copy(update={"instance_id": "older-base"})
+    assert [r.status for r in builder.build([row])] == ["built"]
+    manifest = builder.store.read_manifest(row.instance_id)
+    assert builder.stored_layers(row) == [layer.digest for layer in manifest.layers]
+    old_base = tmp_path / "debian-bookworm-before"
+    old_base.mkdir()
+    (old_base / MARKER).write_text('{"suite": "bookworm", "packages": ["python3"]}')
+    old = builder.store.import_dir(old_base, "base")
+    builder.store.write_manifest(row.instance_id, [old, *manifest.layers[1:]], manifest.meta)
+    assert builder.stored_layers(row) is None
+    [result] = builder.build([row])
+    assert result.status == "built", result.error
+    first = Path(result.log_path).read_text().splitlines()[0]
+    assert f"built on another base ({old.digest[:12]} -> {manifest.layers[0].digest[:12]})" in first
+    assert builder.stored_layers(row) == result.layers
+    assert [r.status for r in builder.build([row])] == ["cached"]
+
+
 def test_cli_build_validate_and_gc(mirror: Path, wheelhouse: Path, tmp_path: Path, instances):
     runner = CliRunner()
     store, out, report = tmp_path / "store", tmp_path / "valid.jsonl", tmp_path / "report"
@@ -330,7 +355,7 @@ def test_a_python_no_debian_suite_ships_comes_from_the_host(
     tmp_path, mirror, wheelhouse, instances
 ):
     """python 3.10: no suite has it, so pyenv's interpreter is copied into a layer of its own."""
-    from sweflow.envcache.builder import find_runtime
+    from sweflow.envcache.runtimes import find_runtime
 
     try:
         runtime = find_runtime("3.10", None)
