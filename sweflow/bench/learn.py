@@ -48,6 +48,7 @@ from sweflow.bench.learn_runs import (
     MAX_MODEL_LEN,
     ModelURL,
     agent_runs,
+    pass_at_k_rates,
     resolve_rates,
     served_model,
 )
@@ -111,6 +112,9 @@ class LearnPlan(ConfigModel):
     # the test split (a tasks file, relative to where the bench runs): every model is run on it
     # once, reported apart from the dev split (the dataset's held-out projects); null: none
     test_dataset: Path | None = None
+    # samples per task at temperature 1 for pass@k of resolving and of the right hunk, per model
+    # and split (0: greedy runs only)
+    pass_k: int = Field(0, ge=0)
 
 
 def load_plan(path: Path) -> LearnPlan:
@@ -119,9 +123,11 @@ def load_plan(path: Path) -> LearnPlan:
     return validate_model(LearnPlan, data, f"learn plan {path}", ConfigError)
 
 
-# The plan's fields that only the RL check reads: a run that differs from an earlier one only in
-# these starts from that run's teacher, SFT and held-out stages (their folders copied)
+# The plan's fields that only the RL check and the samples for pass@k read: a run that differs
+# from an earlier one only in these starts from that run's teacher, SFT and held-out stages
+# (their folders copied)
 RL_ONLY = (
+    "pass_k",
     "candidates",
     "candidate_samples",
     "rl_tasks",
@@ -281,10 +287,30 @@ def _measure(
     figures: dict[str, dict[str, dict]] = {split: {} for split in splits}
 
     def evaluate(name: str, model: ModelURL | None, **options) -> None:
-        """``name``'s graded runs on every split (the dev split's folder keeps its old name)."""
+        """``name``'s graded runs on every split (the dev split's folder keeps its old name),
+        greedy, and the plan's samples at temperature 1 for pass@k (one run of a policy
+        without a model: it samples nothing)."""
         for split, (split_data, rows) in splits.items():
             folder = out / name / ("heldout" if split == "dev" else split)
-            figures[split][name] = _runs(model, split_data, store, rows, folder, plan, **options)
+            runs = _runs(model, split_data, store, rows, folder, plan, **options)
+            if plan.pass_k and model is not None:
+                sampled = _runs(
+                    model,
+                    split_data,
+                    store,
+                    rows,
+                    folder.with_name(f"{folder.name}-samples"),
+                    plan,
+                    rollouts=plan.pass_k,
+                    temperature=1.0,
+                    **options,
+                )
+                runs["pass_at_k"] = pass_at_k_rates(sampled["trajectories"], rows, plan.pass_k)
+            elif plan.pass_k:  # deterministic: its one run is every sample
+                runs["pass_at_k"] = pass_at_k_rates(runs["trajectories"], rows, 1) | {
+                    "k": plan.pass_k
+                }
+            figures[split][name] = runs
 
     fewshot = _fewshot_agent(plan, Path(gold.outputs["openai"]))
     with served_model(base, out / "base", progress) as model:
@@ -352,7 +378,7 @@ def _measure(
             figures[split]["rl"] = figures[split]["sft"]
         overfit["note"] = "no train task is resolved sometimes by the SFT model: RL did not run"
     for split in splits:
-        report[split] = {name: _with_resolve_rate(f["rates"]) for name, f in figures[split].items()}
+        report[split] = {name: _model_figures(f) for name, f in figures[split].items()}
     report["rl_overfit"] = {"resolve_after": None, **overfit}
     report["minutes"] = run_folder.minutes()  # every invocation's, when a re-run continued it
     report["plots"] = learn_plots(report, out)
@@ -550,9 +576,12 @@ def _runs(
     return agent_runs(model, data, store, rows, out, agent, plan.max_tokens, **sampling)
 
 
-def _with_resolve_rate(rates: dict) -> dict:
-    """The scores' rates plus ``resolve_rate``, the name the learning issue gives resolved_rate."""
-    return {**rates, "resolve_rate": rates["resolved_rate"]}
+def _model_figures(runs: dict) -> dict:
+    """A model's figures on a split: the scores' rates, ``resolve_rate`` (the name the learning
+    issue gives resolved_rate) and pass@k where the plan samples."""
+    rates = runs["rates"]
+    extra = {"pass_at_k": runs["pass_at_k"]} if "pass_at_k" in runs else {}
+    return {**rates, "resolve_rate": rates["resolved_rate"], **extra}
 
 
 def _sampled(when: str, runs: list[Trajectory]) -> dict:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sweflow.agent import AgentConfig, ModelConfig
 from sweflow.agent.runs.batch import load_done, trajectory_path
+from sweflow.agent.runs.passk import graded, pass_at_k
 from sweflow.agent.runs.plan import ClientFor, RunPlan, run_plan
 from sweflow.agent.runs.scores import rates, score_run
 from sweflow.agent.trajectory import Trajectory
@@ -91,3 +92,19 @@ def resolve_rates(trajectories: list[Trajectory]) -> dict[str, float]:
     for traj in trajectories:
         runs[traj.instance_id].append(traj.resolved)
     return {iid: sum(done) / len(done) for iid, done in runs.items()}
+
+
+def pass_at_k_rates(trajectories: list[Trajectory], rows: list[Instance], k: int) -> dict:
+    """pass@k of resolving and of editing the right hunk: Chen et al.'s unbiased estimator on
+    each task's graded samples, averaged over the tasks with at least ``k`` of them."""
+    by_id = {row.instance_id: row for row in rows}
+    scored: dict[str, list] = defaultdict(list)
+    for traj in trajectories:
+        if graded(traj):
+            scored[traj.instance_id].append(score_run(traj, by_id[traj.instance_id]))
+    enough = [runs for runs in scored.values() if len(runs) >= k]
+    figures: dict = {"k": k, "tasks": len(enough)}
+    for name in ("resolved", "right_hunk"):
+        values = [pass_at_k(len(runs), sum(getattr(r, name) for r in runs), k) for runs in enough]
+        figures[name] = round(sum(values) / len(values), 4) if values else None
+    return figures

@@ -282,9 +282,15 @@ def print_learn_report(report: dict, out: Console) -> None:
         table.add_column("valid actions", justify="right")
         for name in FUNNEL:
             table.add_column(name.replace("_", " "), justify="right")
+        sampled = [f["pass_at_k"] for f in report[split].values() if "pass_at_k" in f]
+        if sampled:
+            table.add_column(f"pass@{sampled[0]['k']} resolved / right hunk", justify="right")
         for model, figures in report[split].items():
             valid = f"{figures['valid_action_rate']:.0%} of {figures['replies']} replies"
-            counts = (f"{figures[n]} ({figures[f'{n}_rate']:.2f})" for n in FUNNEL)
+            counts = [f"{figures[n]} ({figures[f'{n}_rate']:.2f})" for n in FUNNEL]
+            if sampled:
+                passk = figures.get("pass_at_k") or {}
+                counts.append(" / ".join(_share(passk.get(n)) for n in ("resolved", "right_hunk")))
             table.add_row(model, valid, *counts)
         out.print(table)
     sft, overfit = report["sft"], report["rl_overfit"]
@@ -318,6 +324,10 @@ def print_learn_report(report: dict, out: Console) -> None:
             f"({_counts(overfit)}{overfit['samples_per_task']} samples each)"
         )
     out.print(f"{report['minutes']} minutes; runs, models and plots in {report['run_dir']}")
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def show_learn(report: dict, json_out: bool) -> None:

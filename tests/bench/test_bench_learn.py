@@ -104,7 +104,17 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
         },
         "test": {"scripted": rates([RunScore(replies=2, valid_replies=2)] * 3).as_dict()},
         "rl_overfit": {"note": "no train task is resolved sometimes by the SFT model"},
+        "teacher_forced": {
+            "sft": {
+                "edit_token_accuracy": 0.625,
+                "edit_tokens": 80,
+                "view_token_accuracy": None,
+                "view_tokens": 0,
+                "conversations": 2,
+            }
+        },
     }
+    report["dev"]["sft"]["pass_at_k"] = {"k": 8, "tasks": 2, "resolved": 0.0, "right_hunk": 0.5}
     console = Console(record=True, width=200)
     print_learn_report(report, console)
     text = console.export_text()
@@ -113,6 +123,35 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
     assert "50% of 6 replies" in sft_row and sft_row.count("1 (0.50)") == 2  # right file, edited
     assert "loss 1.500 -> 0.250" in text and "seed 1" in text and "no train task" in text
     assert "dev tasks (2, of pypi/toolz)" in text and "test tasks (3, run once)" in text
+    assert "pass@8 resolved / right hunk" in text and sft_row.endswith("0.00 / 0.50 │")
+    assert "teacher-forced accuracy of sft on 2 dev trajectories: edit 0.625 of 80 tokens" in text
+
+
+def test_pass_at_k_counts_each_tasks_graded_samples_by_the_unbiased_estimator() -> None:
+    """Two samples of four resolve one task (pass@2 = 1 - C(2,2)/C(4,2) = 5/6), the right hunk
+    without resolving on two of four of the other's; an ungraded sample is left out of n, and
+    a task with fewer than k graded samples out of the mean."""
+    from sweflow.agent.trajectory import Trajectory
+    from sweflow.bench.learn_runs import pass_at_k_rates
+    from sweflow.instances import load_instances
+
+    one, two, three = load_instances(DEMO).raise_for_errors()[:3]
+
+    def run(row, i: int, resolved: bool | None, gold: bool = False) -> Trajectory:
+        reward = None if resolved is None else {"resolved": resolved}
+        patch = row.patch if gold or resolved else ""
+        return Trajectory(instance_id=row.instance_id, run=i, reward=reward, patch=patch)
+
+    runs = [run(one, i, i < 2) for i in range(4)]
+    runs += [run(two, i, False, gold=i < 2) for i in range(4)] + [run(two, 4, None)]
+    runs += [run(three, 0, True)]  # one graded sample: fewer than k
+    figures = pass_at_k_rates(runs, [one, two, three], 2)
+    assert figures == {
+        "k": 2,
+        "tasks": 2,
+        "resolved": round((5 / 6 + 0) / 2, 4),
+        "right_hunk": round((5 / 6 + 5 / 6) / 2, 4),
+    }
 
 
 def test_a_cut_short_run_is_continued_by_the_same_command(tmp_path, monkeypatch) -> None:
