@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
-from importlib import resources
 from typing import Any
 
 from sweflow.formats.base import DatasetFormat
 from sweflow.formats.swebench import COLUMNS
-from sweflow.harness.specs import SpecTable, load_specs
+from sweflow.harness.specs import SpecTable, packaged_specs
 from sweflow.instances import Instance
 
 
 @functools.cache
 def swegym_specs() -> SpecTable:
     """The fork's specs of SWE-Gym's repositories (sweflow/data/swegym_specs.yaml)."""
-    with resources.as_file(resources.files("sweflow.data").joinpath("swegym_specs.yaml")) as path:
-        return load_specs(path)
+    return packaged_specs("swegym_specs.yaml")
 
 
 class SweGym(DatasetFormat):

@@ -231,9 +231,14 @@ def load_specs(path: Path | str) -> SpecTable:
 
 def builtin_specs() -> SpecTable:
     """The harness's spec tables as data (sweflow/data/swebench_specs.yaml)."""
-    source = resources.files("sweflow.data").joinpath("swebench_specs.yaml")
+    return packaged_specs("swebench_specs.yaml", f"built-in specs ({BUILTIN_SPECS})")
+
+
+def packaged_specs(name: str, label: str | None = None) -> SpecTable:
+    """A spec table shipped in sweflow/data (a format's recipes: the harness's, SWE-Gym's)."""
+    source = resources.files("sweflow.data").joinpath(name)
     data = yaml.load(source.read_text(), Loader=_TextScalarLoader)
-    return SpecTable.from_mapping(data, source=f"built-in specs ({BUILTIN_SPECS})")
+    return SpecTable.from_mapping(data, source=label or f"sweflow/data/{name}")
 
 
 def test_command(spec: EnvSpec, test_files: Sequence[str]) -> str:
