@@ -15,8 +15,25 @@ if [[ ${CI:-} == true ]]; then
   export SWEFLOW_SLOW_UNTIL_MIN=${SWEFLOW_SLOW_UNTIL_MIN:-70}
 fi
 bash scripts/setup.sh
-bash scripts/setup-mlflow.sh  # the MLflow server the tracking tests start (its own venv)
+# Installs run beside other work, each in its own process group, stopped when this script ends.
+background=()
+stop_background() {
+  local pid
+  for pid in "${background[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+}
+trap stop_background EXIT
+# the MLflow server the tracking tests start (its own venv), installed while prefetch downloads
+mlflow_log=${TMPDIR:-/tmp}/sweflow-setup-mlflow.log
+setsid bash scripts/setup-mlflow.sh >"$mlflow_log" 2>&1 &
+mlflow_pid=$!
+background+=("$mlflow_pid")
 .venv/bin/python scripts/prefetch.py
+if ! wait "$mlflow_pid"; then
+  cat "$mlflow_log" >&2
+  echo "[test] error: scripts/setup-mlflow.sh failed (its output is above)" >&2
+  exit 1
+fi
+tail -n1 "$mlflow_log"
 
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export DO_NOT_TRACK=1
@@ -46,14 +63,11 @@ fi
 # The slow tests' side stacks (vLLM's and verl's venvs, GBs of wheels) install while the first
 # tests run, not inside the first test that needs them: those tests run the same scripts, wait on
 # the same lock (.setup.lock) and find them ready (or install them, should this have failed).
-side_pid=
 if [[ ${args[*]} != *"not slow"* ]] && [[ ${CI:-} == true || ${SWEFLOW_SLOW:-0} == 1 ]]; then
   side_log=${tmp_dir}/sweflow-side-venvs.log
   echo "[test] installing the serving and verl stacks in the background (log: $side_log)"
   setsid bash -c 'bash scripts/setup-serve.sh && bash scripts/setup-verl.sh' >"$side_log" 2>&1 &
-  side_pid=$!
-  # its own process group, stopped with the run (by then it is done, unless no test needed it)
-  trap 'kill -TERM -- "-$side_pid" 2>/dev/null || true' EXIT
+  background+=("$!")  # done before the tests that need it, unless none of them runs
 fi
 
 rc=0
