@@ -307,9 +307,9 @@ def print_learn_report(report: dict, out: Console) -> None:
     for model, tf in report.get("teacher_forced", {}).items():
         shown = (
             f"{kind} {tf[f'{kind}_token_accuracy']:.3f} of {tf[f'{kind}_tokens']} tokens"
-            if tf[f"{kind}_token_accuracy"] is not None
+            if tf.get(f"{kind}_token_accuracy") is not None
             else f"{kind} -"
-            for kind in ("edit", "view")
+            for kind in ("edit", "fix", "view")
         )
         out.print(
             f"teacher-forced accuracy of {model} on {tf['conversations']} dev trajectories: "

@@ -12,9 +12,11 @@ before it, cut from the left when the conversation is longer), as the model woul
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,8 @@ from sweflow.agent.actions import Action, FormatError, from_text, from_tool_call
 from sweflow.agent.tools import EDITOR
 from sweflow.training.chat import ChatEncoder, ChatTemplateError, DriftError, Rendered, Turn
 
-KINDS = ("edit", "view")  # what is scored: the edits' new text, the views' files and lines
+WORD = re.compile(r"\w+|\s+|[^\w\s]")
+KINDS = ("edit", "fix", "view")  # the edits' new text, its changed part, the views' targets
 
 
 @dataclass
@@ -45,18 +48,60 @@ class Accuracy:
         return out | {"conversations": self.conversations, "skipped": self.skipped}
 
 
-def targets(action: Action) -> Iterator[tuple[str, str]]:
-    """(kind, value) of what ``action`` writes that is scored: an edit's new text, a view's
-    path and line range."""
+def targets(action: Action) -> Iterator[tuple[str, str, list[tuple[int, int]]]]:
+    """(kind, value, ranges) of what ``action`` writes that is scored, ``ranges`` the parts of
+    ``value`` that count: an edit's new text (``edit``), of which the characters that differ
+    from the text it replaces (``fix``: what copying the old text cannot give), and a view's
+    path and line range (``view``)."""
     if action.tool != EDITOR:
         return
     command = action.args.get("command")
     if command in ("str_replace", "insert") and action.args.get("new_str"):
-        yield "edit", str(action.args["new_str"])
+        new = str(action.args["new_str"])
+        yield "edit", new, [(0, len(new))]
+        old = str(action.args.get("old_str") or "") if command == "str_replace" else ""
+        yield "fix", new, changed_ranges(old, new)
     elif command == "view":
-        yield "view", str(action.args.get("path", ""))
+        path = str(action.args.get("path", ""))
+        yield "view", path, [(0, len(path))]
         if action.args.get("view_range") is not None:
-            yield "view", json.dumps(action.args["view_range"])
+            lines = json.dumps(action.args["view_range"])
+            yield "view", lines, [(0, len(lines))]
+
+
+def changed_ranges(old: str, new: str) -> list[tuple[int, int]]:
+    """The character ranges of ``new`` that differ from ``old``, compared word by word (a word,
+    a run of spaces or one other character), so a renamed call is one change, not letters
+    the two names happen to share."""
+    old_words, new_words = WORD.findall(old), WORD.findall(new)
+    starts = [0]
+    for word in new_words:
+        starts.append(starts[-1] + len(word))
+    matcher = SequenceMatcher(None, old_words, new_words, autojunk=False)
+    return [
+        (starts[j1], starts[j2])
+        for tag, _, _, j1, j2 in matcher.get_opcodes()
+        if tag != "equal" and j2 > j1
+    ]
+
+
+def written_forms(value: str) -> list[tuple[str, list[int]]]:
+    """The ways a value can be written in a rendered turn, each with where every character of
+    ``value`` starts in it (and, last, where it ends): quoted as a text-mode command line
+    quotes it, escaped as a tool call's JSON escapes it, or as it is."""
+
+    def form(prefix: str, pieces: list[str], suffix: str = "") -> tuple[str, list[int]]:
+        starts = [len(prefix)]
+        for piece in pieces:
+            starts.append(starts[-1] + len(piece))
+        return prefix + "".join(pieces) + suffix, starts
+
+    forms = []
+    if shlex.quote(value) != value:  # shlex.quote's own rule: in quotes, ' written '"'"'
+        forms.append(form("'", [c if c != "'" else "'\"'\"'" for c in value], "'"))
+    forms.append(form("", [json.dumps(c)[1:-1] for c in value]))
+    forms.append(form("", list(value)))
+    return forms
 
 
 def actions_of(message: dict[str, Any]) -> list[Action]:
@@ -78,14 +123,25 @@ def target_spans(
     for turn in rendered.turns:
         at = turn.start
         for action in actions_of(messages[turn.index]):
-            for kind, value in targets(action):
-                for form in (shlex.quote(value), json.dumps(value)[1:-1], value):
-                    found = rendered.text.find(form, at, turn.end) if form else -1
-                    if found >= 0:
-                        spans.append((turn, kind, found, found + len(form)))
-                        at = found + len(form)
-                        break
+            if old := action.args.get("old_str"):  # written before the new text: not scored
+                at = _written(rendered.text, str(old), at, turn.end)[1]
+            for kind, value, ranges in targets(action):
+                found, end, starts = _written(rendered.text, value, at, turn.end)
+                if found >= 0:
+                    spans += [(turn, kind, found + starts[a], found + starts[b]) for a, b in ranges]
+                    if kind != "edit":  # fix scores the same text again: search on after it
+                        at = end
     return spans
+
+
+def _written(text: str, value: str, start: int, end: int) -> tuple[int, int, list[int]]:
+    """(where, where it ends, its characters' starts) of ``value``'s first written form in
+    ``text[start:end]``; where is -1 (and the end ``start``) when none is there."""
+    for form, starts in written_forms(value):
+        found = text.find(form, start, end) if form else -1
+        if found >= 0:
+            return found, found + len(form), starts
+    return -1, start, []
 
 
 def token_accuracy(
@@ -107,18 +163,19 @@ def token_accuracy(
         except (DriftError, ChatTemplateError) as exc:
             result.skipped.append(f"{name}: {exc}")
             continue
-        by_turn: dict[int, list[tuple[str, list[int]]]] = {}  # a turn's last token: targets
+        by_turn: dict[int, set[tuple[str, int]]] = {}  # a turn's last token: (kind, token)
         for turn, kind, start, end in target_spans(rendered, record["messages"]):
-            positions = [i for i, (a, b) in enumerate(rendered.offsets) if a < end and b > start]
             last = max(i for i, (a, _) in enumerate(rendered.offsets) if a < turn.end)
-            by_turn.setdefault(last, []).append((kind, positions))
+            by_turn.setdefault(last, set()).update(
+                (kind, i) for i, (a, b) in enumerate(rendered.offsets) if a < end and b > start
+            )
         result.conversations += 1
         with torch.no_grad():
             for last, scored in sorted(by_turn.items()):
                 first = max(0, last + 1 - window)
                 ids = torch.tensor([rendered.tokens[first : last + 1]])
                 hidden = net.base_model(ids).last_hidden_state[0]
-                kept = [(kind, p) for kind, ps in scored for p in ps if p - 1 >= first]
+                kept = sorted((kind, p) for kind, p in scored if p - 1 >= first)
                 if not kept:  # every target's context was cut
                     continue
                 rows = torch.tensor([p - 1 - first for _, p in kept])

@@ -108,6 +108,8 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
             "sft": {
                 "edit_token_accuracy": 0.625,
                 "edit_tokens": 80,
+                "fix_token_accuracy": 0.25,
+                "fix_tokens": 8,
                 "view_token_accuracy": None,
                 "view_tokens": 0,
                 "conversations": 2,
@@ -124,7 +126,10 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
     assert "loss 1.500 -> 0.250" in text and "seed 1" in text and "no train task" in text
     assert "dev tasks (2, of pypi/toolz)" in text and "test tasks (3, run once)" in text
     assert "pass@8 resolved / right hunk" in text and sft_row.endswith("0.00 / 0.50 │")
-    assert "teacher-forced accuracy of sft on 2 dev trajectories: edit 0.625 of 80 tokens" in text
+    assert (
+        "teacher-forced accuracy of sft on 2 dev trajectories: edit 0.625 of 80 tokens, "
+        "fix 0.250 of 8 tokens, view -"
+    ) in text
 
 
 def test_pass_at_k_counts_each_tasks_graded_samples_by_the_unbiased_estimator() -> None:
