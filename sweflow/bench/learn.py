@@ -68,7 +68,7 @@ from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.trainer import train as train_rl
 from sweflow.training.sft.config import SFTConfig
 from sweflow.training.sft.train import SFTResult, train_sft
-from sweflow.training.teacher_forced import token_accuracy
+from sweflow.training.teacher_forced import KINDS, token_accuracy
 from sweflow.training.workdir import work_lock
 
 # The learning set of a checkout (35 MB, not shipped): the default when run from its root,
@@ -439,8 +439,10 @@ def sft_config(plan: LearnPlan, seed: int) -> SFTConfig:
 def _teacher_forced(models: dict[str, Path], gold: JobSummary, saved: Path) -> dict:
     """Each model's teacher-forced accuracy on the teacher's dev trajectories, read through the
     context the agent runs with (kept in ``saved``: a continued run does not compute it again)."""
-    if saved.is_file():
-        return json.loads(saved.read_text())
+    if saved.is_file():  # kept unless it lacks a measure added since
+        figures = json.loads(saved.read_text())
+        if all(f"{kind}_token_accuracy" in f for f in figures.values() for kind in KINDS):
+            return figures
     records = _records(Path(gold.outputs["openai"])) if gold.kept else []
     figures = {
         name: token_accuracy(model, records, window=MAX_MODEL_LEN).figures()
