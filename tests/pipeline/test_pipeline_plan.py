@@ -145,8 +145,8 @@ def test_the_vllm_command_parses_by_vllms_own_parser() -> None:
     argv = shown(by_stage(plan(config))["infer"], "vLLM").split()
     options = argv[argv.index("--model") :]
     probe = (
-        "import sys; from vllm.entrypoints.openai.cli_args import make_arg_parser; "
-        "from vllm.utils import FlexibleArgumentParser; "
+        "import sys; from vllm.entrypoints.launchers.cli_args import make_arg_parser; "
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser; "
         "a = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:]); "
         "print(a.tensor_parallel_size, a.gpu_memory_utilization)"
     )
