@@ -85,15 +85,18 @@ class ServeConfig(BaseModel):
         return f"http://{self.host}:{self.port}/v1"
 
 
-@functools.cache
 def vllm_installed(python: str | None = None) -> bool:
-    """Whether the serving interpreter (``python``, default :func:`serving_python`) can import
-    vLLM; asked once per process (it starts that interpreter)."""
+    """Whether the serving interpreter (``python``, default :func:`serving_python` as the
+    environment names it now) can import vLLM."""
+    return _imports_vllm(python or serving_python())
+
+
+@functools.cache
+def _imports_vllm(python: str) -> bool:
+    """Asked once per interpreter and process (it starts that interpreter)."""
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
     try:
-        done = subprocess.run(
-            [python or serving_python(), "-c", probe], capture_output=True, timeout=120, check=False
-        )
+        done = subprocess.run([python, "-c", probe], capture_output=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0

@@ -24,6 +24,7 @@ from conftest import trained_as_sampled
 from safetensors.torch import load_file
 
 from sweflow.sandbox.procs import group_members, shared_memory_of
+from sweflow.serving import vllm
 from sweflow.serving.vllm import vllm_installed
 from sweflow.training.chat import ChatEncoder
 from sweflow.training.rl.config import RLConfig
@@ -51,7 +52,7 @@ SHORT = {
 def serving() -> None:
     if not vllm_installed():
         subprocess.run(["bash", str(ROOT / "scripts" / "setup-serve.sh")], check=True, timeout=1800)
-        vllm_installed.cache_clear()
+        vllm._imports_vllm.cache_clear()
     assert vllm_installed()
 
 
