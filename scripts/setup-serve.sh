@@ -18,7 +18,7 @@ fi
 side_venv_begin serve "$extra" vllm
 if [[ $extra == serve-cpu ]]; then
   echo "[setup-serve] removing torchvision, torchaudio, torchcodec (CUDA builds that break transformers on CPU)"
-  "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+  "$UV" pip uninstall -q --python "$PY" torchvision torchaudio torchcodec || true
 fi
 side_venv_done "vllm, transformers, gguf" \
   'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'

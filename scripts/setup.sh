@@ -7,6 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+source scripts/install.sh
 
 # One setup at a time per checkout (parallel test runs would race on apt and pip).
 exec 9>"$ROOT/.setup.lock"
@@ -63,10 +64,9 @@ have=$(cat "$STAMP" 2>/dev/null || true)
 if [[ $want == "$have" && -x $VENV/bin/sweflow ]]; then
   say "python packages: up to date"
 else
-  say "pip install -e '.[docker,e2b,pipeline,ray,train,track,test,dev]' (torch's CPU build: a few minutes once)"
+  say "installing -e '.[docker,e2b,pipeline,ray,train,track,test,dev]' (torch's CPU build; under a minute)"
   rm -f "$STAMP"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    -e '.[docker,e2b,pipeline,ray,train,track,test,dev]'
+  venv_install "$VENV/bin/python" -e '.[docker,e2b,pipeline,ray,train,track,test,dev]'
   echo "$want" >"$STAMP"
 fi
 say "ready: $("$VENV/bin/python" -V 2>&1) in .venv"

@@ -3,13 +3,14 @@
 #
 #   side_venv_begin NAME EXTRA IMPORTS [REQUIREMENT]
 #                                       # .venv-NAME; exits 0 when EXTRA is installed and IMPORTS
-#                                       # import; else pip installs -e .[EXTRA], or REQUIREMENT
+#                                       # import; else installs -e .[EXTRA], or REQUIREMENT
 #                                       # alone when given (a tool without sweflow; sets PY)
 #   side_venv_done IMPORTS VERSION_CODE # checks IMPORTS, writes the stamp, prints VERSION_CODE
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
+source scripts/install.sh
 
 side_venv_begin() {
   local name=$1 extra=$2 imports=$3 requirement=${4:-}
@@ -29,9 +30,9 @@ side_venv_begin() {
   fi
   local target=(-e ".[$extra]")
   [[ -n $requirement ]] && target=("$requirement")
-  echo "$TAG pip install ${target[*]} (minutes the first time)"
+  echo "$TAG installing ${target[*]} (a minute or more the first time)"
   rm -f "$STAMP"
-  "$PY" -m pip install -q --disable-pip-version-check "${target[@]}"
+  venv_install "$PY" "${target[@]}"
 }
 
 side_venv_done() {
