@@ -98,6 +98,9 @@ def docker_daemon(data_root: Path | None = None) -> Iterator[str]:
             "none",
             "--iptables=false",
             "--ip-masq=false",
+            # an init as PID 1 passes SIGTERM on: a `tail -f /dev/null` container (swebench's
+            # harness runs them) stops at once instead of after `docker stop`'s whole grace time
+            "--init",
         ]
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
