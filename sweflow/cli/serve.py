@@ -21,6 +21,12 @@ from sweflow.cli.common import (
 model_app = App(help="Model folders: prepare the embedded default model.")
 
 
+def _compile_mode(value: str) -> str:
+    if value not in ("auto", "on", "off"):
+        raise typer.BadParameter(f"{value!r} is none of auto, on, off")
+    return value
+
+
 def serve_command(
     model: str = typer.Option(
         ...,
@@ -36,6 +42,13 @@ def serve_command(
     ),
     tool_parser: str = typer.Option(
         "auto", "--tool-parser", help="auto (by model family), none, or a vLLM parser name."
+    ),
+    compile: str = typer.Option(
+        "auto",
+        "--compile",
+        help="vLLM's torch.compile: auto (off on a CPU, where it costs minutes per start), on, "
+        "off.",
+        callback=_compile_mode,
     ),
     log: Path = typer.Option(None, "--log", help="vLLM's log (default: in the cache)."),
     vllm_args: list[str] = typer.Option(
@@ -62,6 +75,7 @@ def serve_command(
         port=port,
         max_model_len=max_model_len,
         tool_parser=None if tool_parser == "none" else tool_parser,
+        compile=compile,
         extra_args=vllm_args,
     )
     log_path = log or cache_root() / "serve" / f"{cfg.name.replace('/', '__')}-{port}.log"

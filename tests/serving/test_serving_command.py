@@ -43,10 +43,19 @@ def test_command_line_on_cpu_and_gpu(tmp_path: Path) -> None:
     assert "--port 8123" in joined and "--max-model-len 2048" in joined
     assert "--enable-auto-tool-choice --tool-call-parser hermes" in joined
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert "--enforce-eager" in argv  # compile auto: off on a CPU
     argv, env = vllm_command(cfg.model_copy(update={"tool_parser": None}), gpu=True)
-    assert "--tool-call-parser" not in argv
+    assert "--tool-call-parser" not in argv and "--enforce-eager" not in argv
     assert env.get("VLLM_CPU_KVCACHE_SPACE") == os.environ.get("VLLM_CPU_KVCACHE_SPACE")
     assert cfg.base_url == "http://127.0.0.1:8123/v1"
+
+
+def test_compile_on_or_off_is_what_is_asked_whatever_the_device(tmp_path: Path) -> None:
+    cfg = ServeConfig(model=model_folder(tmp_path / "m", "llama", ""), python="py")
+    off, on = (cfg.model_copy(update={"compile": mode}) for mode in ("off", "on"))
+    for gpu in (False, True):
+        assert "--enforce-eager" in vllm_command(off, gpu)[0]
+        assert "--enforce-eager" not in vllm_command(on, gpu)[0]
 
 
 def test_a_folder_that_is_no_model_fails_before_starting(tmp_path: Path) -> None:
