@@ -32,5 +32,7 @@ venv_install() {
   local flags=() value
   for value in $(pip_setting find-links); do flags+=(--find-links "$value"); done
   for value in $(pip_setting constraint); do [[ -f $value ]] && flags+=(--constraint "$value"); done
-  "$UV" pip install -q --python "$python" "${flags[@]}" "$@"
+  # --compile-bytecode: as pip does; without it a fresh process compiles what it imports first
+  # (a CLI started by a test missed its 10 s start-up window that way)
+  "$UV" pip install -q --compile-bytecode --python "$python" "${flags[@]}" "$@"
 }
