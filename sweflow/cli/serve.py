@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import get_args
 
 import typer
 
@@ -22,8 +23,10 @@ model_app = App(help="Model folders: prepare the embedded default model.")
 
 
 def _compile_mode(value: str) -> str:
-    if value not in ("auto", "on", "off"):
-        raise typer.BadParameter(f"{value!r} is none of auto, on, off")
+    from sweflow.serving.vllm import CompileMode
+
+    if value not in get_args(CompileMode):
+        raise typer.BadParameter(f"{value!r} is none of {', '.join(get_args(CompileMode))}")
     return value
 
 

@@ -62,6 +62,9 @@ class ServeError(SweflowError):
     """vLLM did not start or did not become healthy; the message ends with its log's tail."""
 
 
+CompileMode = Literal["auto", "on", "off"]  # vLLM's torch.compile; auto: off on a CPU
+
+
 class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -73,7 +76,7 @@ class ServeConfig(BaseModel):
     tool_parser: str | None = Field("auto", description="auto, a vLLM parser name, or None")
     cpu_kv_cache_gb: int = Field(2, gt=0, description="VLLM_CPU_KVCACHE_SPACE on CPU")
     python: str = Field(default_factory=serving_python)
-    compile: Literal["auto", "on", "off"] = Field(
+    compile: CompileMode = Field(
         "auto",
         description="vLLM's torch.compile: auto is off on a CPU (SmolLM2-135M on 2 cores: healthy "
         "after 56 s instead of 181 s, decoding 19% slower) and on with a GPU",
