@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 BRANCH = "main"  # the branch /testbed is on, as a harness clone would be on one
 _REPO_RE = re.compile(r"([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)")
-_COMMIT_RE = re.compile(r"[0-9a-fA-F]{4,64}")
+# A commit id, or the parent of one: R2E-Gym's rows name the commit before a fix `<sha>^`.
+_COMMIT_RE = re.compile(r"[0-9a-fA-F]{4,64}\^?")
 _URL_USERINFO = re.compile(r"(\w+://)[^/@\s]+@")
 # Variables that point git at another repository, index or object store.
 _LOCATION_VARS = frozenset(
@@ -70,6 +71,13 @@ _EXPORT_CONFIG = "[core]\n\tcheckStat = minimal\n\ttrustctime = false\n[gc]\n\ta
 # The mtime of every exported file (2000-01-01 UTC): the same for every commit, so that what two
 # commits share is byte- and stat-identical; long after 1980, the earliest a zip can hold.
 EXPORT_MTIME = 946684800
+# Who and when sweflow's own commits are (a setup patch, a sample repository's notes): fixed, so
+# that the same change gives the same commit, and the layer holding it the same bytes.
+FIXED_AUTHOR = ("-c", "user.name=sweflow", "-c", "user.email=setup@sweflow")
+FIXED_DATE = {
+    "GIT_AUTHOR_DATE": f"@{EXPORT_MTIME} +0000",
+    "GIT_COMMITTER_DATE": f"@{EXPORT_MTIME} +0000",
+}
 SCM_VERSION_NOTES = "sweflow-scm-version"  # git notes: a commit's version, for shallow copies
 
 
@@ -263,7 +271,7 @@ def export_commit(git_dir: Path, commit: str, dest: Path, *, repo: str | None = 
     """
     label = repo or str(git_dir)
     shown = None
-    if _COMMIT_RE.fullmatch(commit):  # hex only, so never read as an option
+    if _COMMIT_RE.fullmatch(commit):  # hex (and ^) only, so never read as an option
         shown = _git_run(["show", "-s", "--format=%H", f"{commit}^{{commit}}"], git_dir=git_dir)
     if shown is None or shown.returncode != 0:
         raise RepoError(f"{label}: commit {commit} is not in {git_dir} (or is not a commit)")
@@ -297,16 +305,14 @@ def commit_patch(dest: Path, patch: str, message: str, *, label: str) -> None:
         applied = _git_run(["apply", "--whitespace=nowarn", diff.name], cwd=dest)
     if applied.returncode != 0:
         raise RepoError(f"{label}: its setup patch does not apply: {applied.stderr.strip()}")
-    when = f"@{EXPORT_MTIME} +0000"
-    identity = {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
     _git(["add", "-A"], cwd=dest)
     _git(
         [
-            *("-c", "user.name=sweflow", "-c", "user.email=setup@sweflow"),
+            *FIXED_AUTHOR,
             *("-c", "core.logAllRefUpdates=false", "commit", "-q", "--no-verify", "-m", message),
         ],
         cwd=dest,
-        extra_env=identity,
+        extra_env=FIXED_DATE,
     )
     _set_mtimes(dest, EXPORT_MTIME)
     _git(["update-index", "-q", "--refresh"], cwd=dest)
