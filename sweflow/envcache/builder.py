@@ -51,6 +51,8 @@ from sweflow.envcache.instance_spec import WORKDIR, instance_sandbox_spec
 from sweflow.envcache.pipsettings import host_pip_settings
 from sweflow.envcache.records import Layer, LayerKind, Manifest
 from sweflow.envcache.repos import (
+    FIXED_AUTHOR,
+    FIXED_DATE,
     RepoSource,
     commit_patch,
     export_commit,
@@ -346,16 +348,46 @@ class EnvBuilder:
                 f"image {instance.image}: {len(imported.layers)} layers from {name} "
                 f"({imported.extracted} extracted, the others already in the store)\n"
             )
+        workdir = imported.workdir if imported.workdir != "/" else WORKDIR
+        layers = list(imported.layers)
+        if instance.setup_patch:  # an image of the repository, not of the instance (SWE-smith)
+            layers.append(self._setup_patch_layer(instance, layers, imported.env, workdir, log))
         return self.store.write_manifest(
             instance.instance_id,
-            imported.layers,
+            layers,
             {
-                "workdir": imported.workdir if imported.workdir != "/" else WORKDIR,
+                "workdir": workdir,
                 "env": imported.env,
                 "activate": activation_of(imported.layers),
                 **build_record(instance, None),
             },
         )
+
+    def _setup_patch_layer(
+        self, instance: Instance, layers, env: dict[str, str], workdir: str, log: Path
+    ) -> Layer:
+        """The instance's setup patch committed in the image's checkout, by the image's own git,
+        as ``commit_patch`` commits it on a checkout sweflow exports (SWE-smith's images hold
+        the repository; its harness checks out the instance's branch, which this commit is)."""
+        author = " ".join(map(shlex.quote, FIXED_AUTHOR))
+        script = "\n".join(
+            [
+                "set -euo pipefail",
+                f"cd {shlex.quote(workdir)}",
+                "git apply --whitespace=nowarn /tmp/sweflow-setup.diff",
+                "git add -A",
+                f"git {author} -c core.logAllRefUpdates=false commit -q --no-verify"
+                " -m 'setup patch'",
+            ]
+        )
+        patch = instance.setup_patch
+        with self.store.fresh_upper() as upper:
+            with self._sandbox(layers, upper, {**env, **FIXED_DATE}) as sandbox:
+                sandbox.write(
+                    "/tmp/sweflow-setup.diff", patch if patch.endswith("\n") else patch + "\n"
+                )
+                self._run(sandbox, script, log, f"{instance.instance_id}: setup patch")
+            return self._commit(upper, "instance")
 
     def activation(self, instance_id: str) -> str:
         """The line that activates an instance's environment in an eval script: the venv of a
@@ -528,7 +560,11 @@ class EnvBuilder:
             if spec.install or spec.setup_repo:
                 with self._sandbox(layers, upper, env, spec.pypi_cutoff) as sandbox:
                     sandbox.write(SEEDED_TEMP_NAMES_AT, SEEDED_TEMP_NAMES)
-                    steps = [SEED_TEMP_NAMES, *spec.setup_repo, spec.install, COMMIT_SETUP_EDITS]
+                    # a failure inside a command's `a && b` list stops the step too (set -e
+                    # ignores it there, and in a group ending with it)
+                    commands = [*spec.setup_repo, spec.install]
+                    own = [f"{{ {command}\n}} || exit $?" for command in commands]
+                    steps = [SEED_TEMP_NAMES, *own, COMMIT_SETUP_EDITS]
                     install = "set -euxo pipefail\n" + f"cd {WORKDIR}\n" + "\n".join(steps)
                     self._run(sandbox, f"{install}\n{EXCLUDE_INSTALL_FILES}", log, "install")
             else:

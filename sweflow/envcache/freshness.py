@@ -20,6 +20,9 @@ DIGESTS = ("spec_digest", "build_digest", "internet")  # shortened in messages
 # Recorded since the emulated internet's trust hook: a manifest without it was built before
 # (its test sandboxes refuse what old requests' bundled CA file checks), so it is stale by it.
 REQUIRED = ("internet",)
+# A manifest without an image was built from a spec: a row moved between its image and its
+# recipe (``--images`` given or not) is built again, not taken for the other.
+ABSENT_AS = {"image": ""}
 
 
 def build_record(
@@ -39,6 +42,7 @@ def build_record(
     if spec is None:
         record["image"] = instance.image
     else:
+        record["image"] = ""
         record["spec_digest"] = spec.env_digest()
         record["build_digest"] = spec.build_digest()
         record["recipe"] = recipe
@@ -53,7 +57,7 @@ def stale(manifest: Manifest, record: dict[str, str | None]) -> str | None:
     except by the ``REQUIRED`` fields."""
     changed = []
     for key, now in record.items():
-        then = manifest.meta.get(key, "none" if key in REQUIRED else None)
+        then = manifest.meta.get(key, "none" if key in REQUIRED else ABSENT_AS.get(key))
         if then is not None and then != now:
             if key in DIGESTS:
                 then, now = then[:12], (now or "")[:12]

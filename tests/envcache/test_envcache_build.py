@@ -172,6 +172,20 @@ def test_an_instance_built_from_another_spec_is_built_again(builder, built, inst
     assert [r.status for r in tests_only.build([row])] == ["cached"]
 
 
+def test_an_install_that_fails_inside_an_and_list_fails_the_build(
+    builder, built, instances
+) -> None:
+    """`a && b` with `a` failing: bash's `set -e` does not stop inside such a list, and such an
+    install was stored as built. Each spec command runs as a group: the build fails, naming
+    the step, and nothing is stored."""
+    row = instances[0].model_copy(update={"instance_id": "failing-install"})
+    spec = builder.specs.get(REPO, row.version).model_copy(update={"install": "false && true"})
+    failing = EnvBuilder(SpecTable({REPO: {row.version: spec}}), builder.options)
+    [result] = failing.build([row])
+    assert result.status == "error" and "install step exited 1" in result.error
+    assert failing.store.read_manifest(row.instance_id) is None
+
+
 def test_instances_store_the_files_their_commits_share_once(builder, built, instances) -> None:
     """Each instance layer is its commit's checkout; a file two commits share is one file in the
     store, and each checkout's index still matches it by stat (git re-hashes nothing)."""

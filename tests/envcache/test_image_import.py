@@ -26,6 +26,7 @@ from sweflow.envcache.images.importer import import_base, import_image, split_pa
 from sweflow.envcache.images.manifests import HOST_ARCH
 from sweflow.envcache.images.registry import parse_reference, url_scheme
 from sweflow.envcache.images.sources import ImageImportError
+from sweflow.envcache.instance_spec import instance_sandbox_spec
 from sweflow.envcache.store import LayerStore
 from sweflow.sandbox import SandboxSpec, open_sandbox
 from sweflow.sandbox.layertar import OPAQUE_XATTRS
@@ -749,14 +750,11 @@ def test_an_instance_built_on_an_image_archive_validates(
     assert validation.outcome == "valid", validation.reason
 
 
-@pytest.mark.slow
-def test_a_row_with_an_image_runs_on_that_image_unchanged(
-    tmp_path: Path, bookworm_rootfs: Path, wheelhouse: Path
-) -> None:
-    """`--images FOLDER`: a row naming an image gets that image's layers as they are (no build),
-    the eval script enters the environment the image holds, and the gold patch validates."""
-    from sweflow.envcache.builder import VENV_ACTIVATE, BuildOptions, EnvBuilder
-    from sweflow.envcache.validate import validate_one
+def _saved_image_of_a_built_row(tmp_path: Path, wheelhouse: Path):
+    """A row of the envcache data built from its spec, then saved as the image a registry would
+    serve for it (its layers, settings and /testbed): (specs, the row naming the image, the
+    folder of saved images, the builder of the spec-built store)."""
+    from sweflow.envcache.builder import BuildOptions, EnvBuilder
     from sweflow.harness.specs import load_specs
     from sweflow.instances import load_instances
     from sweflow.sandbox.layertar import write_layer_tar
@@ -770,7 +768,7 @@ def test_a_row_with_an_image_runs_on_that_image_unchanged(
     assert built.build([instance])[0].status == "built"
     manifest = built.store.read_manifest(instance.instance_id)
     layers = []
-    for layer in manifest.layers:  # the image a registry would serve for this row
+    for layer in manifest.layers:
         with open(tmp_path / "layer.tar", "wb") as out:
             write_layer_tar(built.store.layer_path(layer.digest), out)
         layers.append((tmp_path / "layer.tar").read_bytes())
@@ -782,8 +780,19 @@ def test_a_row_with_an_image_runs_on_that_image_unchanged(
     images = tmp_path / "images"
     images.mkdir()
     write_docker_save(images / "row.tar", {tag: (config_for(layers, **settings), layers)})
-    del layers
-    row = instance.model_copy(update={"image": tag})
+    return specs, instance.model_copy(update={"image": tag}), images, built
+
+
+@pytest.mark.slow
+def test_a_row_with_an_image_runs_on_that_image_unchanged(
+    tmp_path: Path, bookworm_rootfs: Path, wheelhouse: Path
+) -> None:
+    """`--images FOLDER`: a row naming an image gets that image's layers as they are (no build),
+    the eval script enters the environment the image holds, and the gold patch validates."""
+    from sweflow.envcache.builder import VENV_ACTIVATE, BuildOptions, EnvBuilder
+    from sweflow.envcache.validate import validate_one
+
+    specs, row, images, _ = _saved_image_of_a_built_row(tmp_path, wheelhouse)
     store = tmp_path / "from-image"
     runner = EnvBuilder(specs, BuildOptions(store=store, images=str(images)))  # no repo, no pip
     (result,) = runner.build([row])
@@ -796,4 +805,42 @@ def test_a_row_with_an_image_runs_on_that_image_unchanged(
     missing = row.model_copy(update={"instance_id": "other-1", "image": "nobody/else:1"})
     (error,) = runner.build([missing])
     assert error.status == "error" and "no image 'nobody/else:1' in" in error.error
-    assert tag in error.error  # what the folder does hold
+    assert row.image in error.error  # what the folder does hold
+
+
+@pytest.mark.slow
+def test_an_image_of_the_repository_gets_the_rows_setup_patch_committed(
+    tmp_path: Path, bookworm_rootfs: Path, wheelhouse: Path
+) -> None:
+    """SWE-smith's images hold the repository, not the instance: a row's setup patch (its bug)
+    is committed on the image's checkout in a layer of its own, by the image's git, with
+    sweflow's fixed author and date; and a row stored from its spec is built again when it is
+    asked for on its image, not taken for it."""
+    from sweflow.envcache.builder import BuildOptions, EnvBuilder
+    from sweflow.envcache.repos import EXPORT_MTIME
+    from sweflow.sandbox import open_sandbox
+
+    specs, row, images, built = _saved_image_of_a_built_row(tmp_path, wheelhouse)
+    bugged = row.model_copy(update={"instance_id": "bugged-1", "setup_patch": row.patch})
+    runner = EnvBuilder(specs, BuildOptions(store=tmp_path / "from-image", images=str(images)))
+    (result,) = runner.build([bugged])
+    assert result.status == "built", result.error
+    manifest = runner.store.read_manifest(bugged.instance_id)
+    assert [layer.kind for layer in manifest.layers] == ["image"] * 3 + ["instance"]
+    spec = instance_sandbox_spec(runner.store, bugged.instance_id)
+    with open_sandbox(spec) as sandbox:
+        head = sandbox.exec("git log -1 --format='%an %at %s' && git status --porcelain")
+        applied = sandbox.exec(f"git apply --reverse --check - <<'EOF'\n{row.patch}\nEOF")
+    assert head.ok and head.output.strip() == f"sweflow {EXPORT_MTIME} setup patch", head.output
+    assert applied.ok, applied.output  # the patch is in the tree: it reverses cleanly
+    not_applied = bugged.model_copy(update={"instance_id": "bugged-2", "setup_patch": "x\n"})
+    (failed,) = runner.build([not_applied])
+    assert failed.status == "error" and "bugged-2: setup patch step exited" in failed.error
+
+    assert built.stored_layers(row) is not None  # stored from its spec, fresh as such
+    on_image = EnvBuilder(specs, BuildOptions(store=built.store.root, images=str(images)))
+    assert on_image.stored_layers(row) is None  # asked for on its image: built again
+    (again,) = on_image.build([row])
+    assert again.status == "built", again.error
+    kinds = [layer.kind for layer in built.store.read_manifest(row.instance_id).layers]
+    assert kinds == ["image"] * 3
