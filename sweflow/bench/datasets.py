@@ -25,8 +25,9 @@ resumes.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,11 +39,16 @@ from sweflow.bench.swebench import RowResults, build_and_validate, rows_report
 from sweflow.envcache.dataset import Dataset
 from sweflow.envcache.store import LayerStore
 from sweflow.formats import FORMATS, FormatError, check_format_name, grading_of
+from sweflow.formats.r2egym import FORMAT as R2EGYM_FORMAT
+from sweflow.formats.r2egym import published_runs
 from sweflow.grading.reward import Grader
 from sweflow.instances import Instance, InstancesError
+from sweflow.paths import cache_root
 from sweflow.progress import Progress
+from sweflow.sandbox.docker.daemon import docker_daemon
 from sweflow.sandbox.tracking import interrupted
 
+R2EGYM = R2EGYM_FORMAT.grading
 TARGET = 5  # validated rows, gold resolved, per format (issue 56)
 FORMATS_DATA = DATA / "formats"
 _OFF_HUB = "its rows are on the Hugging Face hub ({}), which this machine cannot reach"
@@ -82,7 +88,10 @@ FIXTURES: dict[str, Fixture] = {
         published_rows=FORMATS_DATA / "swe-smith" / "pandas-dev__pandas.95280573.pr_53652.json",
     ),
     "r2e-gym": Fixture(
-        None, "no published R2E-Gym row: " + _OFF_HUB.format("R2E-Gym/R2E-Gym-Subset")
+        FORMATS_DATA / "r2e-gym" / "aiohttp" / "tasks.jsonl",
+        "five R2E-Gym-Subset rows of aio-libs/aiohttp as k-l-lambda/R2E-Gym commits them, with "
+        "their commits and llhttp's (sweflow/data/formats/r2e-gym/SOURCE.md); more: "
+        + _OFF_HUB.format("R2E-Gym/R2E-Gym-Subset"),
     ),
     "swe-rebench": Fixture(
         FORMATS_DATA / "swe-rebench" / "rows.jsonl",
@@ -123,23 +132,34 @@ def run(
     timeout: float = 1800.0,
     wheelhouse: Path | None = None,
     progress: Progress = print,
+    only: Collection[str] = (),
+    images: str | None = None,
 ) -> dict:
-    """The figures of every format (the module docstring); ``quick``: one row of each."""
+    """The figures of every format (the module docstring), or of those ``only`` names;
+    ``quick``: one row of each. With ``images`` (a folder of saved images, registry:HOST), the
+    rows with an image run on it: built from its layers, validated and graded on ``local``,
+    and their gold patches graded on ``docker`` too."""
     store = store or bench_root("datasets") / "store"
     limit = 1 if quick else limit
     fixtures = dict(FIXTURES)
     for name, source in (datasets or {}).items():
         fixtures[name] = Fixture(source, f"--dataset {name}={source}", mirror=repo_mirror)
     formats = {}
-    for name, fixture in fixtures.items():
-        progress(f"{name}: {fixture.source}")
-        formats[name] = _one_format(
-            name, fixture, store, limit, max_workers, timeout, wheelhouse, progress
-        )
-        if interrupted():
-            break
+    with contextlib.ExitStack() as stack:
+        if images:  # the docker backend's daemon: DOCKER_HOST's, else one of sweflow's own
+            stack.enter_context(docker_daemon(cache_root() / "docker"))
+        for name, fixture in fixtures.items():
+            if only and name not in only:
+                continue
+            progress(f"{name}: {fixture.source}")
+            formats[name] = _one_format(
+                name, fixture, store, limit, max_workers, timeout, wheelhouse, progress, images
+            )
+            if interrupted():
+                break
     return {
         "store": str(store),
+        "images": images,
         "rows_per_format": limit,
         "target_validated": TARGET,
         "formats": formats,
@@ -156,6 +176,7 @@ def _one_format(
     timeout: float,
     wheelhouse: Path | None,
     progress: Progress,
+    images: str | None = None,
 ) -> dict:
     figures: dict = {
         "source": fixture.source,
@@ -182,14 +203,18 @@ def _one_format(
     rows = data.sample(limit)
     results = RowResults(store / "bench-datasets" / name)
     mirrored, not_mirrored = build_and_validate(
-        data, rows, store, results, max_workers, timeout, progress, wheelhouse
+        data, rows, store, results, max_workers, timeout, progress, wheelhouse, images
     )
     report = rows_report(mirrored, results, LayerStore(store))
     graded = _grade_gold(data, mirrored, results, store, progress)
+    if images:  # the same rows, their gold patches graded again on the image under docker
+        on_docker = _grade_gold(data, mirrored, results, store, progress, backend="docker")
+        figures["gold_resolved_docker"] = sum(g["resolved"] for g in on_docker)
     published_rows = data.rows
     if fixture.published_rows is not None:
         published_rows = Dataset.load(fixture.published_rows, format=name).rows
     published = _published_agreement(published_rows, fixture.published)
+    published += [_own_runs_agree(row) for row in rows if grading_of(row) is R2EGYM]
     figures |= {
         "built": report["built"],
         "validated": report["validated"],
@@ -216,29 +241,36 @@ def _one_format(
 
 
 def _grade_gold(
-    data: Dataset, rows: list[Instance], results: RowResults, store: Path, progress: Progress
+    data: Dataset,
+    rows: list[Instance],
+    results: RowResults,
+    store: Path,
+    progress: Progress,
+    backend: str = "local",
 ) -> list[dict]:
-    """The gold patch of each validated row graded (kept in its record: a re-run resumes),
-    with whether the project's own grader agrees (None: no reference for the format here)."""
-    grader = Grader(store, data.specs, log_dir=results.root / "gold")
+    """The gold patch of each validated row graded on ``backend`` (kept in its record: a re-run
+    resumes), with whether the project's own grader agrees (None: no reference for the format
+    here)."""
+    key = "gold" if backend == "local" else f"gold_{backend}"
+    grader = Grader(store, data.specs, backend=backend, log_dir=results.root / key)
     graded = []
     for row in rows:
         record = results.get(row.instance_id)
         if record is None or record["outcome"] != "valid":
             continue
-        if "gold" not in record:
+        if key not in record:
             result = grader.reward(row, row.patch)
             if interrupted():
                 break
             reference = _harness_verdict(grader, row, result.log_path)
-            record["gold"] = {
+            record[key] = {
                 "resolved": result.resolved,
                 "reason": result.reason,
                 "agrees": None if reference is None else reference == result.resolved,
             }
             results.put(row.instance_id, record)
-            progress(f"{row.instance_id}: gold {result.reason}")
-        graded.append(record["gold"])
+            progress(f"{row.instance_id}: gold on {backend}: {result.reason}")
+        graded.append(record[key])
     return graded
 
 
@@ -257,6 +289,15 @@ def _harness_verdict(grader: Grader, row: Instance, log_dir: str | None) -> bool
     return (
         get_resolution_status(get_eval_tests_report(statuses, lists)) == ResolvedStatus.FULL.value
     )
+
+
+def _own_runs_agree(row: Instance) -> bool:
+    """An R2E-Gym row carries the runs of its hidden tests R2E-Gym made after the commit and
+    before it (``execution_result_content``): whether sweflow's grading finds the one after
+    resolved and the one before not, as R2E-Gym's own reward does on the committed rows
+    (tests/formats/test_formats.py runs R2E-Gym's code on them)."""
+    after, before = published_runs(row)
+    return R2EGYM.report(row, after)["resolved"] and not R2EGYM.report(row, before)["resolved"]
 
 
 def _published_agreement(rows: list[Instance], published: Path | None) -> list[bool]:

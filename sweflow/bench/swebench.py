@@ -195,15 +195,20 @@ def build_and_validate(
     timeout: float,
     progress: Progress,
     wheelhouse: Path | None = None,
+    images: str | None = None,
 ) -> tuple[list[Instance], Counter[str]]:
-    """Build and validate those of ``rows`` whose repository the dataset's mirror holds and
-    that ``results`` has no record of yet (each record written as its row ends): the rows
-    mirrored, and the others counted by repository."""
-    builder = data.builder(store, wheelhouse=wheelhouse, max_workers=max_workers)
+    """Build and validate those of ``rows`` whose repository the dataset's mirror holds (or,
+    with ``images``, that run on their own image) and that ``results`` has no record of yet
+    (each record written as its row ends): the rows buildable, and the others counted by
+    repository."""
+    builder = data.builder(store, wheelhouse=wheelhouse, max_workers=max_workers, images=images)
     source = RepoSource(mirror=builder.options.repo_mirror)
     mirrored: list[Instance] = []
     not_mirrored: Counter[str] = Counter()
     for row in rows:
+        if images and row.image:
+            mirrored.append(row)
+            continue
         try:
             source.locate(row.repo)
             mirrored.append(row)

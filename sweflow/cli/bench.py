@@ -20,6 +20,7 @@ from sweflow.cli.common import (
     App,
     BaseOption,
     WheelhouseOption,
+    image_source,
     non_negative,
 )
 from sweflow.cli.tracking import tracking_option_table
@@ -413,6 +414,7 @@ BENCHES = (
       sweflow bench datasets --json --quick
       sweflow bench datasets --json
       sweflow bench datasets --json -d swe-gym=SWE-Gym/SWE-Gym-Lite:train --repo-mirror mirrors/
+      sweflow bench datasets --json -f swe-smith --images images/
     """,
         "One row of each format (for CI); else 5.",
         measures.datasets,
@@ -437,6 +439,24 @@ BENCHES = (
             _opt("limit", int, 5, "--limit", min=1, help="Rows of each format."),
             _opt("max_workers", int, 2, "--max-workers", "-j", min=1, help="Rows at once."),
             _WHEELHOUSE,
+            _opt(
+                "only",
+                list[str] | None,
+                None,
+                "--format",
+                "-f",
+                help="Only this format (repeat; default: every format).",
+            ),
+            _opt(
+                "images",
+                str | None,
+                None,
+                "--images",
+                help="Rows with an image run on it (a folder of saved images, "
+                "registry:HOST[:PORT]): built from its layers, validated on local, gold graded "
+                "on local and docker.",
+                callback=image_source,
+            ),
         ),
     ),
     Bench(

@@ -169,13 +169,21 @@ def datasets(
     limit: int,
     max_workers: int,
     wheelhouse: Path | None,
+    only: list[str] | None,
+    images: str | None,
 ) -> dict:
     from sweflow.bench.datasets import parse_datasets, run
+    from sweflow.formats import FORMATS
 
     try:
         named = parse_datasets(dataset or [])
     except SweflowError as exc:
         raise typer.BadParameter(str(exc), param_hint="--dataset") from None
+    for name in only or []:
+        if name not in FORMATS:
+            raise typer.BadParameter(
+                f"{name!r}: one of {', '.join(FORMATS)}", param_hint="--format"
+            )
     work_starts("build, validate and grade the rows of every dataset format")
     return run(
         quick,
@@ -186,6 +194,8 @@ def datasets(
         max_workers,
         wheelhouse=wheelhouse,
         progress=progress,
+        only=only or (),
+        images=images,
     )
 
 

@@ -228,6 +228,13 @@ def model_ref(value: str | None) -> str | None:
     return value
 
 
+def image_source(value: str | None) -> str | None:
+    """``--images``: a folder of image archives or registry:HOST[:PORT]."""
+    if value is not None and not value.startswith("registry:") and not Path(value).is_dir():
+        raise typer.BadParameter(f"{value} is neither a folder of image archives nor registry:HOST")
+    return value
+
+
 def folder_or_new(value: Path | None) -> Path | None:
     """A folder option that sweflow writes into (a store, a report folder): refused when the
     path is a file, a folder of the system or not writable (``paths.output_folder_problem``)."""

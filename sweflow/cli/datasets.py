@@ -15,6 +15,7 @@ from sweflow.cli.common import (
     WheelhouseOption,
     console,
     folder_or_new,
+    image_source,
     option_group,
     positive,
     progress_bar,
@@ -64,19 +65,13 @@ BaseOverride = typer.Option(
 )
 
 
-def _image_source(value: str | None) -> str | None:
-    if value is not None and not value.startswith("registry:") and not Path(value).is_dir():
-        raise typer.BadParameter(f"{value} is neither a folder of image archives nor registry:HOST")
-    return value
-
-
 ImagesOption = typer.Option(
     None,
     "--images",
     help="Rows with an image (SWE-bench, SWE-Gym, SWE-smith, R2E-Gym, SWE-rebench: each "
     "format names its own) run on that image itself, its layers imported into the store: a "
     "folder of image archives (docker save, OCI layout) or registry:HOST[:PORT].",
-    callback=_image_source,
+    callback=image_source,
 )
 
 

@@ -22,17 +22,20 @@ serve validation and the tamper guard; the reward is R2E-Gym's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from importlib import resources
 from typing import Any
 
+import yaml
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
 from sweflow.formats.base import DatasetFormat, FormatGrading, json_value
 from sweflow.harness.apply import REPO_DIR
-from sweflow.harness.specs import EnvSpec
+from sweflow.harness.specs import EnvSpec, SpecTable
 from sweflow.instances import Instance
 from sweflow.instances.record import RowRefused
 
@@ -53,6 +56,8 @@ REPOS = {
     "sympy": "sympy/sympy",
     "tornado": "tornadoweb/tornado",
 }
+RECIPE_VERSION = "r2e-gym"  # R2E-Gym installs a repository one way at every commit
+LINK_VENV = 'ln -sfn "$(python -c "import sys; print(sys.prefix)")" .venv'
 _PYTEST = "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' .venv/bin/python -W ignore -m pytest -rA r2e_tests"  # noqa: E501
 _RUNNERS = {  # a runner file among the hidden tests replaces pytest (repo_testextract.py)
     "unittest_custom_runner.py": ".venv/bin/python -W ignore r2e_tests/unittest_custom_runner.py",
@@ -122,6 +127,19 @@ def run_output(log: str) -> str | None:
     if start not in log or end not in log:
         return None
     return log[log.find(start) + len(start) : log.rfind(end)]
+
+
+def published_runs(instance: Instance) -> tuple[str, str]:
+    """The runs of the hidden tests R2E-Gym made after the commit and before it, as logs of
+    sweflow's eval script (the output between its markers)."""
+    result = json_value(
+        (instance.model_extra or {}).get("execution_result_content"), "execution_result_content"
+    )
+    start, end = f"+ : '{START_TEST_OUTPUT}'", f"+ : '{END_TEST_OUTPUT}'"
+    return tuple(  # type: ignore[return-value]
+        f"{start}\n{result.get(key) or ''}\n{end}\n"
+        for key in ("new_commit_res_stdout", "old_commit_res_stdout")
+    )
 
 
 def _nodeid_statuses(stdout: str | None) -> dict[str, str]:
@@ -222,6 +240,8 @@ class R2EGymGrading(FormatGrading):
             "resolved": score == 1.0,
             "reward": score,
             "tests_status": details,
+            "summary": f"{details['expected'] - len(details['mismatched'])}/{details['expected']}"
+            " hidden tests end as R2E-Gym expects",
         }
 
 
@@ -254,6 +274,7 @@ class R2EGym(DatasetFormat):
             "instance_id": f"{name}__{row['commit_hash']}",
             "repo": REPOS[name],
             "base_commit": commit["old_commit_hash"],
+            "version": RECIPE_VERSION,
             "patch": gold_patch(commit),
             "FAIL_TO_PASS": [t for t in passing if old.get(t) != "PASSED"],
             "PASS_TO_PASS": [t for t in passing if old.get(t) == "PASSED"],
@@ -262,6 +283,31 @@ class R2EGym(DatasetFormat):
 
     def image(self, row: Mapping[str, Any]) -> str | None:
         return str(row["docker_image"])
+
+    def recipes(self, rows: Iterable[Instance]) -> SpecTable:
+        """R2E-Gym's install scripts as specs (sweflow/data/r2egym_recipes.yaml), for the rows'
+        repositories that have one; the others run on their images."""
+        table: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            name = str((row.model_extra or {}).get("repo_name"))
+            recipe = recipes().get(name)
+            if recipe is None:
+                continue
+            table.setdefault(row.repo, {})[RECIPE_VERSION] = {
+                **{k: recipe[k] for k in ("python", "pypi_cutoff", "pre_install") if k in recipe},
+                # then the venv where R2E-Gym's test command runs it (/testbed/.venv)
+                "install": " && ".join([*recipe["install"], LINK_VENV]),
+                "test_cmd": tests_command(name, []),
+                "log_parser": "parse_log_pytest",
+            }
+        return SpecTable.from_mapping(table, source="R2E-Gym install scripts")
+
+
+@functools.cache
+def recipes() -> dict[str, dict[str, Any]]:
+    """R2E-Gym's install scripts by repository name (sweflow/data/r2egym_recipes.yaml)."""
+    text = resources.files("sweflow.data").joinpath("r2egym_recipes.yaml").read_text()
+    return yaml.safe_load(text)
 
 
 FORMAT = R2EGym()

@@ -400,16 +400,17 @@ class _Verdict:
         f2p = len(tests.get(FAIL_TO_PASS, {}).get("success", []))
         p2p = len(tests.get(PASS_TO_PASS, {}).get("success", []))
         i = self.instance
-        counts = (
+        counts = entry.get("summary") or (  # a project's own count (R2E-Gym's), else the lists'
             f"{f2p}/{len(i.FAIL_TO_PASS)} FAIL_TO_PASS, {p2p}/{len(i.PASS_TO_PASS)} PASS_TO_PASS"
+            " pass"
         )
         if entry["resolved"]:
-            reason = f"resolved: {counts} pass"
+            reason = f"resolved: {counts}"
         elif not entry.get("patch_successfully_applied"):
             why = entry.get("infra_failure_reason") or "no parseable test results in the log"
             reason = f"unresolved: {why}"
         else:
-            reason = f"unresolved: {counts} pass"
+            reason = f"unresolved: {counts}"
         return self._result(entry["resolved"], f2p, p2p, "applied", reason, out, entry)
 
 

@@ -13,7 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from sweflow.bench import BenchError
-from sweflow.bench.datasets import FIXTURES, FORMATS_DATA, _published_agreement, parse_datasets
+from sweflow.bench.datasets import (
+    FIXTURES,
+    FORMATS_DATA,
+    _own_runs_agree,
+    _published_agreement,
+    parse_datasets,
+)
 from sweflow.cli.main import app
 from sweflow.envcache.dataset import Dataset
 from sweflow.formats import FORMATS, format_of
@@ -78,3 +84,23 @@ def test_agreement_with_a_published_run_is_counted_and_a_changed_verdict_is_not(
     published = json.loads(report.read_text())
     report.write_text(json.dumps({**published, "resolved": not published["resolved"]}))
     assert _published_agreement(rows, changed) == [False]
+
+
+def test_the_command_refuses_a_bad_format_or_images_folder_before_any_work(tmp_path: Path) -> None:
+    done = CliRunner().invoke(app, ["bench", "datasets", "--json", "-f", "nope"])
+    assert done.exit_code == 2 and "'nope': one of swebench" in done.output
+    missing = tmp_path / "no-images"
+    done = CliRunner().invoke(app, ["bench", "datasets", "--json", "--images", str(missing)])
+    assert done.exit_code == 2 and "neither a folder of image archives" in done.output
+
+
+def test_an_r2egym_rows_own_runs_agree_and_swapped_they_do_not() -> None:
+    """R2E-Gym's rows carry the runs R2E-Gym made after and before the commit: the one after
+    must grade resolved and the one before not; a row whose runs are swapped does not count."""
+    rows = Dataset.load(FIXTURES["r2e-gym"].rows, format="r2e-gym").rows
+    assert all(_own_runs_agree(row) for row in rows)
+    result = json.loads(rows[0].model_extra["execution_result_content"])
+    after, before = result["new_commit_res_stdout"], result["old_commit_res_stdout"]
+    swapped = {**result, "new_commit_res_stdout": before, "old_commit_res_stdout": after}
+    row = rows[0].model_copy(update={"execution_result_content": json.dumps(swapped)}, deep=True)
+    assert not _own_runs_agree(row)

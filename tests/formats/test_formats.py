@@ -17,7 +17,14 @@ from swebench.task.checks import expected_image
 from sweflow.envcache.dataset import Dataset
 from sweflow.formats import FormatError, get_format, row_mapper, source_row
 from sweflow.formats.patches import reverse_patch
-from sweflow.formats.r2egym import R2EGymGrading, gold_patch, parse_log, reward
+from sweflow.formats.r2egym import (
+    LINK_VENV,
+    R2EGymGrading,
+    gold_patch,
+    parse_log,
+    reward,
+    run_output,
+)
 from sweflow.formats.swesmith import SweSmithGrading
 from sweflow.instances import InstancesError, load_instances
 from sweflow.instances.record import parse_row
@@ -30,6 +37,7 @@ SMITH = DATA / "swe-smith"
 SMITH_ROW = SMITH / "pandas-dev__pandas.95280573.pr_53652.json"
 SMITH_RUN = SMITH / "run_evaluation" / "pandas-dev__pandas.95280573.pr_53652"
 R2E_LOG = DATA / "r2e-gym" / "sympy_003029fe.log"
+R2E_ROWS = DATA / "r2e-gym" / "aiohttp" / "tasks.jsonl"
 
 
 def mirror_file(repo: str, path: str) -> str:
@@ -291,7 +299,7 @@ def test_r2egym_gold_patch_is_rendered_as_r2egym_renders_it() -> None:
     assert "@@ -1,1 +1,1 @@\n-x = 1\n+x = 2\n" in text
 
 
-def r2e_reference(output: str, expected_json: str) -> float:
+def r2e_reference(output: str, expected_json: str, repo_name: str = "sympy") -> float:
     """R2E-Gym's own reward (DockerRuntime._calculate_reward_r2e and parse_log_pytest,
     decolor_dict_keys from execution_log_parser.py), run from its mirror."""
     parser = functions_of(
@@ -311,7 +319,7 @@ def r2e_reference(output: str, expected_json: str) -> float:
     runtime = SimpleNamespace(ds={"expected_output_json": expected_json})
     runtime.run = lambda *args, **kw: (output, 0)
     runtime.run_tests = lambda: space["run_tests"](runtime)
-    runtime.parse_logs = lambda out: parser["parse_log_fn"]("sympy")(out)
+    runtime.parse_logs = lambda out: parser["parse_log_fn"](repo_name)(out)
     runtime.alt_path = "/root"
     try:
         return space["_calculate_reward_r2e"](runtime)
@@ -335,6 +343,29 @@ def test_r2egym_reward_agrees_with_r2egyms_own(variant: str) -> None:
     ours, _ = reward(log, json.dumps(expected))
     assert ours == r2e_reference(log, json.dumps(expected))
     assert ours == (1.0 if variant in ("gold", "colored") else 0.0)
+
+
+def test_r2egym_published_rows_and_their_runs_are_graded_as_r2egym_grades_them() -> None:
+    """Five published R2E-Gym-Subset rows (aiohttp): each maps to the parent of its commit in
+    aio-libs/aiohttp and R2E-Gym's recipe, and the runs of its hidden tests R2E-Gym made after
+    and before the commit get sweflow's verdicts as R2E-Gym's own reward gives them: the run
+    after resolved, the one before not (10 real logs; R2E-Gym's code from its mirror)."""
+    from sweflow.bench.datasets import _own_runs_agree
+    from sweflow.formats import recipes_for
+    from sweflow.formats.r2egym import published_runs
+
+    rows = load_instances(R2E_ROWS, mapper=row_mapper()).raise_for_errors()
+    assert len(rows) == 5 and {r.repo for r in rows} == {"aio-libs/aiohttp"}
+    assert all(r.base_commit == r.model_extra["commit_hash"] + "^" for r in rows)
+    spec = recipes_for(rows).get("aio-libs/aiohttp", "r2e-gym")
+    assert spec.python == "3.9" and spec.install.endswith(f"&& {LINK_VENV}")
+    assert all(_own_runs_agree(row) for row in rows)
+    for row in rows:
+        expected = row.model_extra["expected_output_json"]
+        after, before = (run_output(log) or "" for log in published_runs(row))
+        assert reward(after, expected)[0] == 1.0 and reward(before, expected)[0] == 0.0
+        theirs = [r2e_reference(out, expected, "aiohttp") for out in (after, before)]
+        assert theirs == [1.0, 0.0], row.instance_id
 
 
 # -- SWE-Gym, SWE-rebench (rows built with their schemas: none is committed where reachable) ---

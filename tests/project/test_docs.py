@@ -39,6 +39,8 @@ NOT_RUN_HERE = {
     "bash scripts/demo.sh": "the main job: about 25 minutes and a vLLM server "
     "(benchmarks/results/pipeline.md); tests/pipeline/test_pipeline_prefect.py runs the pipeline",
     "bash scripts/test.sh": "the test suite itself (what .ci/run calls)",
+    ".venv/bin/python scripts/build_swesmith_image.py --out images/": "builds a 2.2 GB image "
+    "with a docker daemon, apt and PyPI; run as written for benchmarks/results/datasets.md",
     "bash scripts/setup.sh": "installs system packages and .venv; every test run starts with it "
     "(scripts/test.sh)",
     "source .venv/bin/activate": "a shell's own set-up",
