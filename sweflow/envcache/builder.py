@@ -42,16 +42,21 @@ from sweflow.envcache.buildsteps import (
     SEEDED_TEMP_NAMES,
     SEEDED_TEMP_NAMES_AT,
     see_venv_from_base,
+    setup_patch_script,
 )
 from sweflow.envcache.freshness import build_record, stale
 from sweflow.envcache.images.importer import PREFIXES as IMAGE_PREFIXES
-from sweflow.envcache.images.importer import find_image, import_base, import_image
+from sweflow.envcache.images.importer import (
+    find_image,
+    import_base,
+    import_image,
+    unreachable_image,
+)
 from sweflow.envcache.images.sources import ImageImportError
 from sweflow.envcache.instance_spec import WORKDIR, instance_sandbox_spec
 from sweflow.envcache.pipsettings import host_pip_settings
 from sweflow.envcache.records import Layer, LayerKind, Manifest
 from sweflow.envcache.repos import (
-    FIXED_AUTHOR,
     FIXED_DATE,
     RepoSource,
     commit_patch,
@@ -59,7 +64,7 @@ from sweflow.envcache.repos import (
     scm_version,
     unbuildable_rows,
 )
-from sweflow.envcache.requirements import conda_to_pip, inline_requirements, read_repo_file
+from sweflow.envcache.requirements import spec_requirements
 from sweflow.envcache.runtimes import Runtime, find_runtime
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.storefiles import flocked
@@ -103,18 +108,6 @@ def activation_of(layers: Sequence[Layer]) -> str:
     if any((path / VENV.lstrip("/") / "bin" / "activate").is_file() for path in paths):
         return VENV_ACTIVATE
     return ""
-
-
-def unreachable_image(instance: Instance, images: str, exc: Exception) -> str:
-    """Why ``instance``'s image cannot be had, and the ways round it."""
-    return (
-        f"{instance.instance_id}: image {instance.image} cannot be had from {images} ({exc}); "
-        "ways round: a registry or mirror that serves it to anonymous pulls "
-        "(--images registry:HOST[:PORT]), a folder of saved images "
-        "(docker save / skopeo copy, --images DIR), or the row's container-free recipe "
-        "(no --images; SWE-bench, SWE-Gym, SWE-smith and SWE-rebench rows have one, R2E-Gym "
-        "rows do not)"
-    )
 
 
 class BuildError(SweflowError):
@@ -369,24 +362,14 @@ class EnvBuilder:
         """The instance's setup patch committed in the image's checkout, by the image's own git,
         as ``commit_patch`` commits it on a checkout sweflow exports (SWE-smith's images hold
         the repository; its harness checks out the instance's branch, which this commit is)."""
-        author = " ".join(map(shlex.quote, FIXED_AUTHOR))
-        script = "\n".join(
-            [
-                "set -euo pipefail",
-                f"cd {shlex.quote(workdir)}",
-                "git apply --whitespace=nowarn /tmp/sweflow-setup.diff",
-                "git add -A",
-                f"git {author} -c core.logAllRefUpdates=false commit -q --no-verify"
-                " -m 'setup patch'",
-            ]
-        )
         patch = instance.setup_patch
         with self.store.fresh_upper() as upper:
             with self._sandbox(layers, upper, {**env, **FIXED_DATE}) as sandbox:
                 sandbox.write(
                     "/tmp/sweflow-setup.diff", patch if patch.endswith("\n") else patch + "\n"
                 )
-                self._run(sandbox, script, log, f"{instance.instance_id}: setup patch")
+                step = f"{instance.instance_id}: setup patch"
+                self._run(sandbox, setup_patch_script(workdir), log, step)
             return self._commit(upper, "instance")
 
     def activation(self, instance_id: str) -> str:
@@ -406,7 +389,7 @@ class EnvBuilder:
             layers.append(self._python_layer(runtime.host_prefix))
         if spec.emulated_hosts:
             layers.append(self._internet_layer(spec, runtime, layers))
-        requirements = self._requirements(spec, instance)
+        requirements = spec_requirements(spec, instance, self._repo(instance))
         key = _digest(
             [layer.digest for layer in layers],
             spec.env_digest(),
@@ -464,31 +447,6 @@ class EnvBuilder:
                 return self.store.commit(upper, "python")
 
         return self._once(f"python-{_digest(str(prefix), prefix.stat().st_mtime)}", make)
-
-    def _requirements(self, spec: EnvSpec, instance: Instance) -> str | None:
-        """The pip requirements the spec's ``packages`` file gives, read as the harness reads it:
-        the first of its per-repo paths that exists at the environment commit, ``-r`` includes
-        inlined; an environment.yml translated to pip (conda-only packages are a named error
-        unless the spec lists them in ``conda_optional``)."""
-        if spec.packages_file is None:
-            return None
-        git_dir = self._repo(instance)
-        commit = instance.environment_setup_commit or instance.base_commit
-        found = read_repo_file(git_dir, commit, spec.package_files)
-        if found is None:
-            raise BuildError(
-                f"{instance.instance_id}: packages: {spec.packages}, but {instance.repo} has "
-                f"none of {', '.join(spec.package_files)} at {commit}"
-            )
-        path, text = found
-        if spec.packages_file == "environment.yml":
-            where = f"{instance.repo}:{path} at {commit[:12]}"
-            pip_text, left_out = conda_to_pip(text, where, spec.conda_optional)
-            if left_out:  # named where people read the build: the requirements file's head
-                note = ", ".join(left_out)
-                pip_text = f"# left out, conda-only and optional in the spec: {note}\n{pip_text}"
-            return pip_text
-        return inline_requirements(git_dir, commit, path, text)
 
     def _env_layer(self, spec, runtime: Runtime, layers, env, requirements, log: Path):
         packages = [] if spec.packages_file or not spec.packages else shlex.split(spec.packages)

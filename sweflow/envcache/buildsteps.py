@@ -5,6 +5,9 @@ install's own files out of the agent's diff. The builder (``builder``) puts them
 from __future__ import annotations
 
 import os
+import shlex
+
+from sweflow.envcache.repos import FIXED_AUTHOR
 
 # What `conda create python=X` gave the harness's environment images (2024: pip 24.0, setuptools
 # 69.5, wheel 0.43), capped there: pip 25.3 dropped the `setup.py develop` fallback that older
@@ -67,3 +70,19 @@ def see_venv_from_base(base_python: str) -> str:
     base_site = f"{base_python} -c 'import site; print(site.getsitepackages()[0])'"
     pth = '"$BASE_SITE/sweflow-venv.pth"'
     return f'BASE_SITE=$({base_site}) && mkdir -p "$BASE_SITE" && {VENV_SITE} > {pth}'
+
+
+def setup_patch_script(workdir: str) -> str:
+    """Commit /tmp/sweflow-setup.diff on the checkout at ``workdir`` with the image's own git,
+    as ``repos.commit_patch`` commits a setup patch on a checkout sweflow exports (the same
+    author; the date comes with the step's environment, ``repos.FIXED_DATE``)."""
+    author = " ".join(map(shlex.quote, FIXED_AUTHOR))
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            f"cd {shlex.quote(workdir)}",
+            "git apply --whitespace=nowarn /tmp/sweflow-setup.diff",
+            "git add -A",
+            f"git {author} -c core.logAllRefUpdates=false commit -q --no-verify -m 'setup patch'",
+        ]
+    )

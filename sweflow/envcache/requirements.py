@@ -21,6 +21,8 @@ from pathlib import Path
 import yaml
 
 from sweflow.errors import SweflowError
+from sweflow.harness.specs import EnvSpec
+from sweflow.instances import Instance
 
 # Packages the harness replaces in every requirements file (yanked from PyPI).
 REPLACED = {"types-pkg_resources": "types-setuptools"}
@@ -161,3 +163,28 @@ def _show(git_dir: Path, commit: str, path: str) -> str | None:
         text=True,
     )
     return shown.stdout if shown.returncode == 0 else None
+
+
+def spec_requirements(spec: EnvSpec, instance: Instance, git_dir: Path) -> str | None:
+    """The pip requirements the spec's ``packages`` file gives, read as the harness reads it:
+    the first of its per-repo paths that exists at the environment commit, ``-r`` includes
+    inlined; an environment.yml translated to pip (conda-only packages are a named error
+    unless the spec lists them in ``conda_optional``)."""
+    if spec.packages_file is None:
+        return None
+    commit = instance.environment_setup_commit or instance.base_commit
+    found = read_repo_file(git_dir, commit, spec.package_files)
+    if found is None:
+        raise RequirementsError(
+            f"{instance.instance_id}: packages: {spec.packages}, but {instance.repo} has "
+            f"none of {', '.join(spec.package_files)} at {commit}"
+        )
+    path, text = found
+    if spec.packages_file == "environment.yml":
+        where = f"{instance.repo}:{path} at {commit[:12]}"
+        pip_text, left_out = conda_to_pip(text, where, spec.conda_optional)
+        if left_out:  # named where people read the build: the requirements file's head
+            note = ", ".join(left_out)
+            pip_text = f"# left out, conda-only and optional in the spec: {note}\n{pip_text}"
+        return pip_text
+    return inline_requirements(git_dir, commit, path, text)

@@ -45,6 +45,7 @@ from sweflow.envcache.images.sources import (
 from sweflow.envcache.records import Layer
 from sweflow.envcache.store import LayerStore
 from sweflow.envcache.storefiles import flocked
+from sweflow.instances import Instance
 from sweflow.progress import Progress
 
 PREFIXES = ("docker-archive:", "oci:", "registry:")
@@ -189,6 +190,18 @@ def find_image(source: str, ref: str) -> str:
         + (", ".join(sorted(seen)[:10]) or "none")
         + ("..." if len(seen) > 10 else "")
         + ")"
+    )
+
+
+def unreachable_image(instance: Instance, images: str, exc: Exception) -> str:
+    """Why ``instance``'s image cannot be had, and the ways round it."""
+    return (
+        f"{instance.instance_id}: image {instance.image} cannot be had from {images} ({exc}); "
+        "ways round: a registry or mirror that serves it to anonymous pulls "
+        "(--images registry:HOST[:PORT]), a folder of saved images "
+        "(docker save / skopeo copy, --images DIR), or the row's container-free recipe "
+        "(no --images; SWE-bench, SWE-Gym, SWE-smith and SWE-rebench rows have one, R2E-Gym "
+        "rows for the repositories sweflow/data/r2egym_recipes.yaml has)"
     )
 
 
