@@ -32,8 +32,8 @@ stages' settings, steps and models, and the figures, JSON and plots at the end.
 from __future__ import annotations
 
 import json
-from itertools import zip_longest
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ConfigDict, Field
 
@@ -52,16 +52,16 @@ from sweflow.bench.learn_runs import (
     resolve_rates,
     served_model,
 )
+from sweflow.bench.learn_tasks import across_operators, leak_rate
 from sweflow.bench.run_folder import RunFolder, open_run_folder
 from sweflow.configfile import ConfigModel, read_yaml_mapping, validate_model
-from sweflow.envcache.dataset import Dataset
+from sweflow.envcache.dataset import Dataset, across_repos
 from sweflow.errors import ConfigError
 from sweflow.files import write_atomic
 from sweflow.instances import Instance
 from sweflow.progress import Progress
 from sweflow.serving import resolve_model
 from sweflow.serving.vllm import serving_python, vllm_installed
-from sweflow.synth.leaks import changed_files, gold_file_leaks
 from sweflow.tracking import TrackingConfig, TrackingRun
 from sweflow.tracking.run import tracked_run
 from sweflow.training.rl.config import RLConfig
@@ -115,6 +115,10 @@ class LearnPlan(ConfigModel):
     # samples per task at temperature 1 for pass@k of resolving and of the right hunk, per model
     # and split (0: greedy runs only)
     pass_k: int = Field(0, ge=0)
+    # the order of the train tasks, which the teacher's trajectories keep and SFT takes them in
+    # while they fit sft_sequences: each project in turn (the committed figures' order), or each
+    # bug operator in turn, its tasks across projects (every operator among the first tasks)
+    sft_order: Literal["projects", "operators"] = "projects"
 
 
 def load_plan(path: Path) -> LearnPlan:
@@ -141,23 +145,6 @@ BEFORE_RL = ("gold", "sft", "base", "gold-dev", "teacher-forced")
 
 FULL = DATA / "bench" / "learn.yaml"  # the plans, shipped: why each figure, in its comments
 QUICK = DATA / "bench" / "learn-quick.yaml"
-
-
-def across_projects(rows: list[Instance], n: int | None) -> list[Instance]:
-    """``n`` of ``rows`` taking each project in turn (a dataset lists its tasks project by
-    project: the first ``n`` would all come from one)."""
-    queues: dict[str, list[Instance]] = {}
-    for row in rows:
-        queues.setdefault(row.repo, []).append(row)
-    turns = [row for group in zip_longest(*queues.values()) for row in group if row is not None]
-    return turns[:n]
-
-
-def leak_rate(rows: list[Instance]) -> float:
-    """The share of ``rows`` whose statement names its gold file some way (sweflow.synth.leaks):
-    a localisation figure on them measures reading too."""
-    leaking = [r for r in rows if gold_file_leaks(r.problem_statement, changed_files(r.patch))]
-    return round(len(leaking) / max(len(rows), 1), 3)
 
 
 def run(
@@ -214,8 +201,10 @@ def _measure(
     offline = wheelhouse() if dataset == DEMO else None
     data, store = Dataset.load(dataset), root / "store"
     held = set(heldout_repos(dataset))
-    train_rows = across_projects([r for r in data.rows if r.repo not in held], plan.train_tasks)
-    eval_rows = across_projects([r for r in data.rows if r.repo in held], plan.heldout_tasks)
+    train_rows = across_repos([r for r in data.rows if r.repo not in held], plan.train_tasks or 0)
+    if plan.sft_order == "operators":
+        train_rows = across_operators(train_rows)
+    eval_rows = across_repos([r for r in data.rows if r.repo in held], plan.heldout_tasks or 0)
     if not train_rows or not eval_rows:
         raise BenchError(f"{dataset}: no train or no held-out task (held out: {sorted(held)})")
     if not vllm_installed():  # said now, not after the builds, the teacher and SFT

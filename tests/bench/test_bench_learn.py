@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from sweflow.bench import BenchError
-from sweflow.bench.learn import DEMO, LEARN, RESULT, across_projects, heldout_repos
+from sweflow.bench.learn import DEMO, LEARN, RESULT, heldout_repos
+from sweflow.bench.learn_tasks import across_operators, operator_of
+from sweflow.envcache.dataset import across_repos
 from sweflow.instances import load_instances
 
 
@@ -16,13 +18,33 @@ def test_the_learning_set_is_sampled_across_projects_and_its_held_out_ones_never
     rows = load_instances(LEARN).raise_for_errors()
     held = set(heldout_repos(LEARN))
     assert held == set(json.loads((LEARN.parent / "split.json").read_text())["eval"])
-    train = across_projects([r for r in rows if r.repo not in held], 8)
-    heldout = across_projects([r for r in rows if r.repo in held], 6)
+    train = across_repos([r for r in rows if r.repo not in held], 8)
+    heldout = across_repos([r for r in rows if r.repo in held], 6)
     assert len({r.repo for r in train}) == 8 and not held & {r.repo for r in train}
     assert {r.repo for r in heldout} == held and len(heldout) == 6
-    assert sorted(r.instance_id for r in across_projects(rows, None)) == sorted(
+    assert sorted(r.instance_id for r in across_repos(rows, 0)) == sorted(
         r.instance_id for r in rows
     )
+
+
+def test_the_operators_order_puts_every_bug_type_among_sfts_first_tasks() -> None:
+    """Issue 59's lever: SFT takes the train tasks in their order while they fit its budget;
+    taken project by project, the full plan's first 20 tasks covered 4 of the 13 operators.
+    Taken operator by operator (each one's tasks across projects), the first tasks cover them
+    all, and no task is lost or repeated."""
+    rows = load_instances(LEARN).raise_for_errors()
+    held = set(heldout_repos(LEARN))
+    train = across_repos([r for r in rows if r.repo not in held], 0)
+    operators = {operator_of(r) for r in train}
+    stratified = across_operators(train)
+    assert sorted(r.instance_id for r in stratified) == sorted(r.instance_id for r in train)
+    assert len(operators) >= 10 and "" not in operators
+    assert {operator_of(r) for r in stratified[: len(operators)]} == operators
+
+    def bug_types_in_first_20(order: list) -> int:
+        return len({operator_of(r) for r in order[:20]})
+
+    assert bug_types_in_first_20(train) < bug_types_in_first_20(stratified) == len(operators)
 
 
 def test_without_a_split_the_demo_holds_out_toolz(tmp_path: Path) -> None:
