@@ -58,6 +58,7 @@ def scratch(root: Path, instance_ids: list[str]) -> None:
         (root / "runs" / model / "model").mkdir(parents=True)
         (root / "runs" / model / "model" / "config.json").write_text("{}")
     (root / "site").mkdir()
+    (root / "images").mkdir()  # a folder of saved images (--images)
     for folder in ("layers", "manifests"):  # an empty store, for the commands that read one
         (root / "store" / folder).mkdir(parents=True)
 
