@@ -3,9 +3,7 @@ gold file away: the choices ``sweflow bench learn`` makes of a dataset's rows.""
 
 from __future__ import annotations
 
-from itertools import zip_longest
-
-from sweflow.envcache.dataset import across_repos
+from sweflow.envcache.dataset import across_repos, in_turn
 from sweflow.instances import Instance
 from sweflow.synth.leaks import changed_files, gold_file_leaks
 
@@ -13,10 +11,7 @@ from sweflow.synth.leaks import changed_files, gold_file_leaks
 def across_operators(rows: list[Instance]) -> list[Instance]:
     """``rows`` taking each synthesis operator in turn, each operator's tasks across projects:
     SFT's first tasks then cover the bug types, not the few of the first projects."""
-    queues: dict[str, list[Instance]] = {}
-    for row in across_repos(rows, 0):
-        queues.setdefault(operator_of(row), []).append(row)
-    return [row for group in zip_longest(*queues.values()) for row in group if row is not None]
+    return in_turn(across_repos(rows, 0), operator_of)
 
 
 def operator_of(row: Instance) -> str:

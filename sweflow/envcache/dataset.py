@@ -19,7 +19,7 @@ import (the pipeline's config reads these rules): the builder is imported when o
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
@@ -143,9 +143,13 @@ class Dataset:
 def across_repos(rows: list[Instance], limit: int, exclude: Collection[str] = ()) -> list[Instance]:
     """Up to ``limit`` of ``rows`` not in ``exclude`` (all when 0), taking one from each
     repository in turn, so that a small sample still covers every project."""
-    by_repo: dict[str, list[Instance]] = defaultdict(list)
+    kept = [row for row in rows if row.instance_id not in exclude]
+    return in_turn(kept, lambda row: row.repo)[: limit or None]
+
+
+def in_turn(rows: list[Instance], key: Callable[[Instance], str]) -> list[Instance]:
+    """``rows`` taking one of each ``key`` in turn, each key's rows in their order."""
+    queues: dict[str, list[Instance]] = defaultdict(list)
     for row in rows:
-        if row.instance_id not in exclude:
-            by_repo[row.repo].append(row)
-    rounds = zip_longest(*by_repo.values())
-    return [row for round_ in rounds for row in round_ if row is not None][: limit or None]
+        queues[key(row)].append(row)
+    return [row for round_ in zip_longest(*queues.values()) for row in round_ if row is not None]

@@ -63,6 +63,8 @@ _RUNNERS = {  # a runner file among the hidden tests replaces pytest (repo_teste
     "unittest_custom_runner.py": ".venv/bin/python -W ignore r2e_tests/unittest_custom_runner.py",
     "tornado_unittest_runner.py": ".venv/bin/python -W ignore r2e_tests/tornado_unittest_runner.py",
 }
+# the eval script's markers around run_tests.sh's output, as bash -x prints them in its log
+_RUN_START, _RUN_END = f"+ : '{START_TEST_OUTPUT}'", f"+ : '{END_TEST_OUTPUT}'"
 _ANSI_LOG = re.compile(r"\x1b\[[0-9;]*m|\r")  # run_tests: what is stripped from the output
 _ANSI_KEY = re.compile(r"\x1b\[\d+m")  # decolor_dict_keys: what is stripped from test names
 
@@ -123,10 +125,9 @@ def reward(output: str, expected_json: str) -> tuple[float, dict[str, Any]]:
 
 def run_output(log: str) -> str | None:
     """What run_tests.sh printed: the eval script's log between its markers (None: no run)."""
-    start, end = f"+ : '{START_TEST_OUTPUT}'", f"+ : '{END_TEST_OUTPUT}'"
-    if start not in log or end not in log:
+    if _RUN_START not in log or _RUN_END not in log:
         return None
-    return log[log.find(start) + len(start) : log.rfind(end)]
+    return log[log.find(_RUN_START) + len(_RUN_START) : log.rfind(_RUN_END)]
 
 
 def published_runs(instance: Instance) -> tuple[str, str]:
@@ -135,9 +136,8 @@ def published_runs(instance: Instance) -> tuple[str, str]:
     result = json_value(
         (instance.model_extra or {}).get("execution_result_content"), "execution_result_content"
     )
-    start, end = f"+ : '{START_TEST_OUTPUT}'", f"+ : '{END_TEST_OUTPUT}'"
     return tuple(  # type: ignore[return-value]
-        f"{start}\n{result.get(key) or ''}\n{end}\n"
+        f"{_RUN_START}\n{result.get(key) or ''}\n{_RUN_END}\n"
         for key in ("new_commit_res_stdout", "old_commit_res_stdout")
     )
 
