@@ -11,7 +11,8 @@ the one every run already takes; what it costs is writing the whole model per sy
 the adapter's few megabytes, as a run without LoRA does. The published result is the merged
 model too: ``infer`` serves it like any other. verl syncs its adapter to vLLM its own way
 (``actor_rollout_ref.model.lora_rank``) and its model merger writes the base weights with the
-adapter beside them, in ``lora_adapter/``: :func:`merge_adapter_folder` folds it in.
+adapter beside them, in ``lora_adapter/``: :func:`merge_adapter_folder` folds it in. SkyRL
+exports the adapter alone: :func:`merge_adapter` folds it into the policy it started from.
 """
 
 from __future__ import annotations
@@ -96,19 +97,29 @@ def merge_adapter_folder(folder: Path) -> bool:
     adapter = folder / VERL_ADAPTER
     if not (adapter / "adapter_config.json").is_file():
         return False
+    merge_adapter(folder, adapter, folder)
+    shutil.rmtree(adapter)
+    return True
+
+
+def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
+    """The Hugging Face folder ``base`` with the peft adapter folder ``adapter`` folded in,
+    written to ``out`` (which may be ``base``: its weights are replaced)."""
     quantized_by_nothing()
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    base = AutoModelForCausalLM.from_pretrained(str(folder), dtype="auto")
-    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
-    partial = folder.with_name(folder.name + ".merged")
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype="auto")
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    partial = out.with_name(out.name + ".merged")
     shutil.rmtree(partial, ignore_errors=True)
     merged.save_pretrained(str(partial), safe_serialization=True)
-    for weights in folder.glob("*.safetensors*"):
+    out.mkdir(parents=True, exist_ok=True)
+    for weights in out.glob("*.safetensors*"):
         weights.unlink()
     for item in partial.iterdir():
-        shutil.move(str(item), folder / item.name)
+        target = out / item.name
+        if target.is_file():
+            target.unlink()
+        shutil.move(str(item), target)
     partial.rmdir()
-    shutil.rmtree(adapter)
-    return True

