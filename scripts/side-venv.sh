@@ -1,5 +1,7 @@
-# Sourced by setup-serve.sh and setup-verl.sh: a venv beside .venv for a stack whose pins clash
-# with Prefect's (vLLM, verl). Idempotent: a stamp holds the extra and pyproject.toml's digest.
+# Sourced by setup-serve.sh, setup-verl.sh and setup-skyrl.sh: a venv beside .venv for a stack
+# whose pins clash with Prefect's (vLLM, verl, SkyRL). Idempotent: a stamp holds the extra and
+# pyproject.toml's digest. SIDE_PYTHON: the interpreter the venv is made with (default .venv's);
+# SIDE_EXCLUDES: a requirements file of packages left out of the resolution (uv's --excludes).
 #
 #   side_venv_begin NAME EXTRA IMPORTS [REQUIREMENT]
 #                                       # .venv-NAME; exits 0 when EXTRA is installed and IMPORTS
@@ -20,7 +22,7 @@ side_venv_begin() {
   flock 9
   local venv=$ROOT/.venv-$name
   PY=$venv/bin/python
-  [[ -x $PY ]] || "$ROOT/.venv/bin/python" -m venv "$venv"
+  [[ -x $PY ]] || "${SIDE_PYTHON:-$ROOT/.venv/bin/python}" -m venv "$venv"
   STAMP=$venv/.sweflow-$name-installed
   WANT="$extra $(sha256sum pyproject.toml | cut -d' ' -f1)"
   if [[ $(cat "$STAMP" 2>/dev/null || true) == "$WANT" ]] && "$PY" -c "import $imports" 2>/dev/null
@@ -32,6 +34,7 @@ side_venv_begin() {
   [[ -n $requirement ]] && target=("$requirement")
   echo "$TAG installing ${target[*]} (a minute or more the first time)"
   rm -f "$STAMP"
+  [[ -n ${SIDE_EXCLUDES:-} ]] && target+=(--excludes "$SIDE_EXCLUDES")
   venv_install "$PY" "${target[@]}"
 }
 

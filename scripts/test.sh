@@ -61,13 +61,13 @@ if ((user_marker == 0)) && [[ ${SWEFLOW_SLOW:-0} != 1 && ${CI:-} != true ]]; the
   args=(-m "not slow" "${args[@]}")
 fi
 
-# The slow tests' side stacks (vLLM's and verl's venvs, GBs of wheels) install while the first
+# The slow tests' side stacks (vLLM's, verl's and SkyRL's venvs, GBs of wheels) install while the first
 # tests run, not inside the first test that needs them: those tests run the same scripts, wait on
 # the same lock (.setup.lock) and find them ready (or install them, should this have failed).
 if [[ ${args[*]} != *"not slow"* ]] && [[ ${CI:-} == true || ${SWEFLOW_SLOW:-0} == 1 ]]; then
   side_log=${tmp_dir}/sweflow-side-venvs.log
-  echo "[test] installing the serving and verl stacks in the background (log: $side_log)"
-  setsid bash -c 'bash scripts/setup-serve.sh && bash scripts/setup-verl.sh' >"$side_log" 2>&1 &
+  echo "[test] installing the serving, verl and SkyRL stacks in the background (log: $side_log)"
+  setsid bash -c 'bash scripts/setup-serve.sh && bash scripts/setup-verl.sh && bash scripts/setup-skyrl.sh' >"$side_log" 2>&1 &
   background+=("$!")  # done before the tests that need it, unless none of them runs
 fi
 

@@ -398,8 +398,8 @@ def grading_store(grading_built) -> Path:
 
 @contextlib.contextmanager
 def sweflow_serve(model: Path, name: str, log_dir: Path):
-    """`sweflow serve` of ``model`` in a child process until the block ends (SIGINT, by PID):
-    yields (base URL, its stdout file, the process) once vLLM is healthy."""
+    """`sweflow serve` of ``model`` as ``name`` in a child process until the block ends (SIGINT,
+    by PID): yields (base URL, its stdout file, the process) once vLLM is healthy."""
     import socket
     import subprocess
     import sys
@@ -410,7 +410,7 @@ def sweflow_serve(model: Path, name: str, log_dir: Path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    log = log_dir / f"serve-{name}.out"
+    log = log_dir / f"serve-{Path(name).name}.out"  # a name may be a path (SkyRL's)
     argv = [sys.executable, "-m", "sweflow.cli", "serve", "--model", str(model)]
     argv += ["--port", str(port), "--served-name", name, "--max-model-len", "4096"]
     argv += ["--vllm-arg=--trust-request-chat-template"]  # /tokenize with a test template

@@ -23,7 +23,9 @@ from sweflow.cli.datasets import DatasetArgs, dataset_options
 from sweflow.cli.tracking import TrackingArgs, tracked_run, tracking_options
 from sweflow.training.rl.backends import DEFAULT_RL_BACKEND, rl_backends_help
 
-train_app = App(help="Train models: SFT with torchtune, RL on sandboxed rewards (TRL or verl).")
+train_app = App(
+    help="Train models: SFT with torchtune, RL on sandboxed rewards (TRL, verl or SkyRL)."
+)
 ModelRefOption = typer.Option(
     "smollm2-135m-instruct",
     "--model",
@@ -220,6 +222,12 @@ def train_rl_command(
         help="Any verl setting in Hydra syntax (rl.verl.overrides), checked against verl's "
         "schema, e.g. --verl actor_rollout_ref.rollout.gpu_memory_utilization=0.5.",
     ),
+    skyrl_settings: list[str] = typer.Option(
+        [],
+        "--skyrl",
+        help="Any SkyRL setting in Hydra syntax (rl.skyrl.overrides), composed and checked by "
+        "SkyRL before training, e.g. --skyrl generator.gpu_memory_utilization=0.5.",
+    ),
     *,
     tracking: TrackingArgs,
 ) -> None:
@@ -227,7 +235,8 @@ def train_rl_command(
     when its tests pass; the policy is updated on its own episodes. Serve OUT/model after.
     With rl.validation (--set validation.tasks=[ID,...]) those tasks are held out and their
     resolve rate measured with the current policy every validation.every steps. Under
-    `sweflow --dry-run`, backend verl shows the config verl composes and its launch.sh.
+    `sweflow --dry-run`, backends verl and skyrl show the config their trainer composes and
+    its launch.sh.
 
     Examples:
       sweflow train rl -d data/demo/tasks.jsonl --store store/ -m runs/sft/model -o runs/rl
@@ -252,9 +261,10 @@ def train_rl_command(
     )
     try:
         fields = apply_overrides(fields, settings, ConfigError)
-        if verl_settings:
-            verl = fields.setdefault("verl", {})
-            verl["overrides"] = [*verl.get("overrides", []), *verl_settings]
+        for section, extra in (("verl", verl_settings), ("skyrl", skyrl_settings)):
+            if extra:
+                given = fields.setdefault(section, {})
+                given["overrides"] = [*given.get("overrides", []), *extra]
         config = RLConfig(**fields)
         agent = AgentConfig(tool_mode=tool_mode, max_steps=max_steps)
     except ValidationError as exc:
@@ -262,8 +272,8 @@ def train_rl_command(
     trackers = tracking.config()
     dataset = data.load()
     rows, val_rows = held_out(config, dataset.rows)
-    if dry_running() and config.backend == "verl":
-        show_verl_plan(config, model, out, validation=bool(val_rows))
+    if dry_running():
+        show_launch_plan(config, model, out, validation=bool(val_rows), max_turns=max_steps)
     work_starts(
         f"build {len(rows)} instance(s) in {data.store}, then train {model} with "
         f"{rl_backend} for {steps} step(s) into {out}"
@@ -358,29 +368,39 @@ def held_out(config, rows: list) -> tuple[list, list]:  # noqa: ANN001
     return train_rows, val_rows
 
 
-def show_verl_plan(config, model: str, out: Path, validation: bool) -> None:  # noqa: ANN001
-    """The config verl would compose (by verl's own Hydra, where .venv-verl exists) and the
-    launch.sh sweflow would run."""
+def show_launch_plan(config, model: str, out: Path, validation: bool, max_turns: int) -> None:  # noqa: ANN001
+    """For a backend that launches an outside trainer (verl, SkyRL): the config that trainer
+    would compose (by its own Hydra, where its environment exists) and the launch.sh sweflow
+    would run."""
     import tempfile
 
     from rich.syntax import Syntax
 
-    from sweflow.training.rl.verl_backend import preview
+    from sweflow.training.rl.backend import LaunchedBackend, rl_backend
 
-    with tempfile.TemporaryDirectory() as scratch, console.status("composing verl's config"):
-        composed, launch = preview(
-            config, model, out, validation=validation, compose_in=Path(scratch)
+    backend = rl_backend(config.backend)
+    if not isinstance(backend, LaunchedBackend):
+        return
+    name, env = backend.trainer, backend.environment
+    with tempfile.TemporaryDirectory() as scratch, console.status(f"composing {name}'s config"):
+        composed, launch = backend.preview(
+            config,
+            model,
+            out,
+            validation=validation,
+            compose_in=Path(scratch),
+            max_turns=max_turns,
         )
     if composed is None:
         console.print(
-            "verl's environment (.venv-verl) is missing: the overrides were checked against "
-            "verl's schema, not composed (bash scripts/setup-verl.sh)",
+            f"{name}'s environment (.venv-{env.name}) is missing: its config was not composed "
+            f"(bash scripts/setup-{env.name}.sh)",
             highlight=False,
         )
     else:
-        console.print("verl's config, as verl composes it:", highlight=False)
+        console.print(f"{name}'s config, as {name} composes it:", highlight=False)
         console.print(Syntax(composed, "yaml", theme="ansi_dark"))
-    console.print(f"{out / 'verl' / 'launch.sh'}:", highlight=False)
+    console.print(f"{out / backend.folder / 'launch.sh'}:", highlight=False)
     console.print(Syntax(launch, "bash", theme="ansi_dark", word_wrap=True))
 
 

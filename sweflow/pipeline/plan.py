@@ -144,21 +144,25 @@ def _rl(config: PipelineConfig, compose_in: Path | None) -> StagePlan:
     if rl.validation is not None:
         summary += f", validated every {rl.validation.every} step(s)"
     summary += f"; reports to {trackers(config)} (the run adds their loggers)"
-    if rl.backend != "verl":
-        return StagePlan("rl", summary)
-    from sweflow.training.rl.verl_backend import preview
-    from sweflow.training.rl.verl_schema import check_settings
+    from sweflow.training.rl.backend import LaunchedBackend, rl_backend
 
-    check_settings(rl)
-    work = config.run_dir / "rl"
-    composed, launch = preview(
-        rl, str(policy), work, validation=rl.validation is not None, compose_in=compose_in
+    backend = rl_backend(rl.backend)
+    if not isinstance(backend, LaunchedBackend):
+        return StagePlan("rl", summary)
+    name, work = backend.trainer, config.run_dir / "rl"
+    composed, launch = backend.preview(
+        rl,
+        str(policy),
+        work,
+        validation=rl.validation is not None,
+        compose_in=compose_in,
+        max_turns=config.agent.max_steps,
     )
-    shown = [Shown(str(work / "verl" / "launch.sh"), launch, "bash")]
+    shown = [Shown(str(work / backend.folder / "launch.sh"), launch, "bash")]
     if composed is not None:
-        shown.append(Shown("verl's config, as verl composes it", composed, "yaml"))
+        shown.append(Shown(f"{name}'s config, as {name} composes it", composed, "yaml"))
     else:
-        summary += "; verl's config checked against its schema (not composed: no .venv-verl)"
+        summary += f"; {name}'s config not composed (no .venv-{backend.environment.name})"
     return StagePlan("rl", summary, shown)
 
 

@@ -254,7 +254,9 @@ def test_every_registry_takes_a_dotted_path_and_names_kind_name_and_choices(
     assert RLConfig(backend=f"{__name__}.ToyRLBackend").backend == f"{__name__}.ToyRLBackend"
     with pytest.raises(ConfigError, match="executor 'sweflow.nowhere:X' cannot be imported"):
         make_stage_executor(PipelineConfig(executor={"name": "sweflow.nowhere:X"}))
-    refused = re.escape("unknown RL backend 'tr l'; choose one of trl | verl, or a dotted path")
+    refused = re.escape(
+        "unknown RL backend 'tr l'; choose one of trl | verl | skyrl, or a dotted path"
+    )
     with pytest.raises(RLBackendError, match=refused):
         rl_backend("tr l")
     assert all(callable(stage.function()) for stage in STAGES)
@@ -348,7 +350,7 @@ class ToyRLBackend:
 
 
 def test_a_new_rl_backend_is_one_class_and_one_registry_line(monkeypatch, tmp_path: Path) -> None:
-    refused = re.escape("unknown RL backend 'toy'; choose one of trl | verl")
+    refused = re.escape("unknown RL backend 'toy'; choose one of trl | verl | skyrl")
     with pytest.raises(ValidationError, match=refused):
         RLConfig(backend="toy")
     monkeypatch.setitem(RL_BACKENDS, "toy", f"{__name__}:ToyRLBackend")

@@ -84,11 +84,13 @@ def rl(ctx: StageContext) -> StageResult:
             total,
         )
 
-    # the run's executor: trl's sandboxes and gradings on its nodes, verl on its Ray cluster
+    # the run's executor: trl's sandboxes and gradings on its nodes, verl and SkyRL on its Ray
     with contextlib.closing(make_executor(config)) as executor:
-        if settings.verl.ray_address is None:
-            verl = settings.verl.model_copy(update={"ray_address": executor.ray_address})
-            settings = settings.model_copy(update={"verl": verl})
+        for section in ("verl", "skyrl"):  # the outside trainers join the run's Ray
+            cluster = getattr(settings, section)
+            if cluster.ray_address is None:
+                joined = cluster.model_copy(update={"ray_address": executor.ray_address})
+                settings = settings.model_copy(update={section: joined})
         result = train(
             rows,
             policy,

@@ -5,7 +5,7 @@ the episodes run, where to write) and answers three questions, which the entry p
 (sweflow.training.rl.trainer.train) asks in this order while it holds the work folder's lock:
 ``result`` (is a model trained from these very inputs already published?), ``resume`` (does a
 killed attempt carry on, and from which checkpoint? what any other attempt left is cleared),
-then ``train``. A new trainer (SkyRL, OpenRLHF...) is one module with such a class and one line
+then ``train``. A new trainer (OpenRLHF...) is one module with such a class and one line
 in sweflow.training.rl.backends; :func:`rl_backend` loads it by name when a run needs it.
 """
 
@@ -27,6 +27,7 @@ from sweflow.training.rl.backends import RL_BACKENDS, RLBackendError
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.episode import EpisodeEnv
 from sweflow.training.rl.result import RLResult, RLStepRecord
+from sweflow.training.rl.side_env import SideEnv
 from sweflow.training.workdir import folder_digest
 
 if TYPE_CHECKING:
@@ -105,6 +106,31 @@ class RLBackend(Protocol):
 
     def train(self, run: RLRun, resume: Path | None, progress: OnRLStep | None) -> RLResult:
         """Train (from ``resume`` when set), publish ``run.out`` and return its record."""
+        ...
+
+
+@runtime_checkable
+class LaunchedBackend(Protocol):
+    """A backend that launches an outside trainer in its own environment (verl, SkyRL):
+    ``--dry-run`` shows the config that trainer composes and the launch.sh sweflow would run."""
+
+    trainer: str  # the trainer's name, for people
+    folder: str  # its inputs' folder under the work folder (launch.sh is there)
+    environment: SideEnv
+
+    def preview(
+        self,
+        rl: RLConfig,
+        policy: str,
+        work: Path,
+        *,
+        validation: bool,
+        compose_in: Path | None,
+        max_turns: int,
+    ) -> tuple[str | None, str]:
+        """The config the trainer composes (None without its environment or ``compose_in``)
+        and launch.sh's text, writing nothing under ``work``. ``max_turns``: the agent's
+        max_steps (SkyRL's generator.max_turns; verl's agent loop has no such key)."""
         ...
 
 

@@ -15,6 +15,7 @@ from sweflow.registered import check_named, choices_help
 RL_BACKENDS: dict[str, str] = {
     "trl": "sweflow.training.rl.trl_backend:TRLBackend",
     "verl": "sweflow.training.rl.verl_backend:VerlBackend",
+    "skyrl": "sweflow.training.rl.skyrl_backend:SkyRLBackend",
 }
 DEFAULT_RL_BACKEND = "trl"
 

@@ -17,9 +17,10 @@ an older policy than the one it trains is weighted by the importance ratio of it
 log-probabilities. ``compact_filtering`` masks the episodes that ran out of turns, tokens, time
 or context out of the loss. With ``dynamic_sampling_rounds`` a step trains on outcomes, not on
 shaping: a group whose episodes all failed (or all resolved) is drawn again, and masked if it
-never differs. Backend verl's GPUs and Ray are its own section, ``verl``. The other knobs papers
-ablate (clip range, loss aggregation, KL estimator, overlong filtering and punishment, LoRA) are
-the ``objective`` and ``lora`` sections (sweflow.training.rl.objective).
+never differs. Backend verl's GPUs and Ray are its own section, ``verl``; SkyRL's, ``skyrl``.
+The other knobs papers ablate (clip range, loss aggregation, KL estimator, overlong filtering
+and punishment, LoRA) are the ``objective`` and ``lora`` sections
+(sweflow.training.rl.objective).
 Values that cannot work together are refused here, naming the fields, before anything runs.
 """
 
@@ -82,13 +83,24 @@ class TrlSettings(ConfigModel):
         return self
 
 
-class VerlSettings(ConfigModel):
-    """Backend verl's own settings (``rl.verl``): the GPUs it trains on and the Ray it joins."""
+class ClusterSettings(ConfigModel):
+    """The GPUs a Ray-based trainer (verl, SkyRL) trains on and the Ray it joins."""
 
     gpus_per_node: int = Field(1, ge=1)
     nodes: int = Field(1, ge=1)
     ray_address: str | None = Field(None, description="None: a local Ray")
     tensor_parallel_size: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _fits(self) -> ClusterSettings:
+        if self.tensor_parallel_size > self.gpus_per_node:
+            raise ValueError("tensor_parallel_size is larger than gpus_per_node")
+        return self
+
+
+class VerlSettings(ClusterSettings):
+    """Backend verl's own settings (``rl.verl``): the GPUs it trains on and the Ray it joins."""
+
     overrides: list[str] = Field(
         default_factory=list,
         description="any other verl setting as a Hydra override of its ppo_trainer config "
@@ -96,11 +108,19 @@ class VerlSettings(ConfigModel):
         "verl's schema before anything starts",
     )
 
-    @model_validator(mode="after")
-    def _fits(self) -> VerlSettings:
-        if self.tensor_parallel_size > self.gpus_per_node:
-            raise ValueError("tensor_parallel_size is larger than gpus_per_node")
-        return self
+
+class SkyRLSettings(ClusterSettings):
+    """Backend skyrl's own settings (``rl.skyrl``): its GPUs, Ray and inference engines."""
+
+    inference_engines: int = Field(
+        1, ge=1, description="vLLM engines the episodes generate on (each tensor_parallel_size)"
+    )
+    overrides: list[str] = Field(
+        default_factory=list,
+        description="any other SkyRL setting as a Hydra override of its ppo_base_config "
+        "(key=value, +key=value, ++key=value, ~key), applied after sweflow's; composed and "
+        "checked by SkyRL's own Hydra and validate_cfg before anything starts",
+    )
 
 
 # The fields of the flat layout that moved into a backend's section, by the section's name.
@@ -113,10 +133,11 @@ MOVED = {
 class RLConfig(ConfigModel):
     backend: RLBackendName = Field(
         DEFAULT_RL_BACKEND,
-        description="trl: TRL's GRPOTrainer (CPU or one GPU); verl: verl on GPUs with Ray",
+        description="trl: TRL's GRPOTrainer (CPU or one GPU); verl: verl on GPUs with Ray; "
+        "skyrl: SkyRL's PPO trainer on GPUs with Ray",
     )
     algorithm: Literal["grpo", "rloo", "ppo"] = Field(
-        "grpo", description="the advantage estimator; verl: all; trl: grpo, rloo"
+        "grpo", description="the advantage estimator; verl, skyrl: all; trl: grpo, rloo"
     )
     model: str | None = Field(
         None, description="the policy to start from; None: the run's SFT model, else its base"
@@ -179,6 +200,10 @@ class RLConfig(ConfigModel):
     verl: VerlSettings = Field(
         default_factory=VerlSettings, description="backend verl: its GPUs, Ray and overrides"
     )
+    skyrl: SkyRLSettings = Field(
+        default_factory=SkyRLSettings,
+        description="backend skyrl: its GPUs, Ray, inference engines and overrides",
+    )
     validation: ValidationSettings | None = Field(
         None, description="tasks measured with the current policy during RL (None: none)"
     )
@@ -218,16 +243,20 @@ class RLConfig(ConfigModel):
             )
         if self.max_tokens_per_turn > self.max_response_length:
             raise ValueError("max_tokens_per_turn is larger than max_response_length")
-        if self.backend == "verl" and self.dynamic_sampling_rounds:
+        if self.backend in ("verl", "skyrl") and self.dynamic_sampling_rounds:
             raise ValueError(
-                "dynamic_sampling_rounds is run by sweflow's own rollouts (backend trl); verl's "
-                "trainer generates its batches itself"
+                "dynamic_sampling_rounds is run by sweflow's own rollouts (backend trl); "
+                f"{self.backend}'s trainer generates its batches itself"
             )
         check_objective(self)
         if self.verl.overrides or self.backend == "verl":
             from sweflow.training.rl.verl_schema import check_settings
 
             check_settings(self)
+        if self.skyrl.overrides or self.backend == "skyrl":
+            from sweflow.training.rl.skyrl_settings import check_skyrl
+
+            check_skyrl(self)
         return self
 
     @property
