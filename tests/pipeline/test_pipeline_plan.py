@@ -44,6 +44,13 @@ CODER_3B = {
 }
 
 
+# what each RL backend's launch.sh starts
+TRAINER_MODULE = {
+    "verl": "-m verl.trainer.main_ppo",
+    "skyrl": "-m sweflow.training.rl.skyrl_generator",
+}
+
+
 def by_stage(plans: list[StagePlan]) -> dict[str, StagePlan]:
     return {p.stage: p for p in plans}
 
@@ -59,9 +66,10 @@ def test_each_recipe_loads_and_plans_every_stage(recipe: Path) -> None:
     plans = by_stage(plan(config))
     assert list(plans) == config.needed(config.stages)
     assert "collect_trajectories" not in plans  # neither collects: RL from the base, a public set
-    launch = shown(plans["rl"], str(config.run_dir / "rl" / "verl" / "launch.sh"))
-    assert "-m verl.trainer.main_ppo" in launch
-    for override in config.rl.verl.overrides:  # the recipe's own, after sweflow's
+    backend = config.rl.backend
+    launch = shown(plans["rl"], str(config.run_dir / "rl" / backend / "launch.sh"))
+    assert TRAINER_MODULE[backend] in launch
+    for override in getattr(config.rl, backend).overrides:  # the recipe's own, after sweflow's
         assert override in launch
     vllm = shown(plans["infer"], "vLLM")
     assert f"--tensor-parallel-size {config.model.tensor_parallel_size}" in vllm
@@ -163,4 +171,5 @@ def test_the_plan_command_prints_each_stage(recipe: Path) -> None:
     assert result.exit_code == 0, result.output + repr(result.exception)
     for stage in ("build_envs", "rl", "infer", "evaluate"):
         assert stage in result.output
-    assert "verl.trainer.main_ppo" in result.output and "vllm.entrypoints" in result.output
+    backend = load_pipeline_config(recipe, root=REPO).rl.backend
+    assert TRAINER_MODULE[backend] in result.output and "vllm.entrypoints" in result.output
