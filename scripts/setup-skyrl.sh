@@ -8,6 +8,7 @@
 # sweflow's generator, SkyRL's remote inference engines and its config checks run; the trainer
 # does not. sweflow finds the venv beside .venv (or through SWEFLOW_SKYRL_PYTHON). About 6 GB.
 set -euo pipefail
+NO_PYTHON312=3  # the exit status that says only the interpreter is missing (tests skip on it)
 
 python312() {
   local candidate
@@ -19,7 +20,7 @@ python312() {
     fi
   done
   echo "[setup-skyrl] error: SkyRL needs Python 3.12: none on PATH or under pyenv (set SWEFLOW_PYTHON312)" >&2
-  exit 1
+  exit "$NO_PYTHON312"
 }
 
 SIDE_PYTHON=$(python312)
