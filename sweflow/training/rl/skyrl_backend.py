@@ -171,8 +171,8 @@ def prepare(
     if validation:
         write_inputs(val_tasks or [], folder, "val")
     every = list({t.instance_id: t for t in [*tasks, *(val_tasks or [])]}.values())
-    workers = rl.skyrl.nodes  # one generator per node: it bounds its episodes to the node's slots
-    write_context(folder, every, policy, store, specs, agent, rl, backend, workers)
+    # one generator, in SkyRL's trainer process: its episodes may take all of that node's slots
+    write_context(folder, every, policy, store, specs, agent, rl, backend, workers_per_node=1)
     settings = overrides(rl, policy, folder, validation, agent.max_steps, tracking)
     compose(settings, folder / "skyrl_config.yaml", folder / "compose.log")
     command = [str(SKYRL.python()), "-m", ENTRY, "train", *settings]
