@@ -29,12 +29,9 @@ SWEFLOW_SKYRL_PYTHON names another interpreter).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import shutil
-import time
 from dataclasses import asdict
 from itertools import cycle, islice
 from pathlib import Path
@@ -44,14 +41,13 @@ from sweflow.agent.config import AgentConfig
 from sweflow.errors import ConfigError, SweflowError
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
-from sweflow.training.output import RECORD
 from sweflow.training.rl.backend import OnRLStep, RLRun
 from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.launched import launch_run, publish_result
 from sweflow.training.rl.lora import merge_adapter
 from sweflow.training.rl.result import (
     RLResult,
     RLStepRecord,
-    plot_curves,
     published,
     read_records,
 )
@@ -64,7 +60,7 @@ from sweflow.training.rl.side_env import (
     trainer_loggers,
 )
 from sweflow.training.rl.skyrl_settings import trainer_settings
-from sweflow.training.rl.validation import dumped_validations, write_metrics
+from sweflow.training.rl.validation import dumped_validations
 from sweflow.training.rl.verl_schema import hydra_value
 from sweflow.training.workdir import resume_point
 
@@ -319,46 +315,15 @@ class SkyRLBackend:
         """Prepare, launch, publish: ``run.out`` is SkyRL's last export. SkyRL resumes by
         itself (``trainer.resume_mode=latest``) from the checkpoint ``resume`` found, the only
         one left in its folder."""
-        tracked = run.tracking.env() if run.tracking else {}
-        command = prepare(
-            run.tasks,
-            run.policy,
-            run.work,
-            run.rl,
-            store=run.store,
-            specs=run.specs,
-            agent=run.env.agent,
-            backend=run.backend,
-            env=tracked,
-            tracking=run.tracking,
-            val_tasks=run.val_tasks,
+        export, seconds = launch_run(
+            run, prepare, lambda command, env: launch(command, run.work, run.rl, env)
         )
-        began = time.monotonic()
-        with run.tracking.detached() if run.tracking else contextlib.nullcontext():
-            export = launch(command, run.work, run.rl, tracked)
-        seconds = round(time.monotonic() - began, 1)
         publish(export, run.policy, run.out)
         folder = run.work / FOLDER
         records = [asdict(step_record(line)) for line in read_records(folder / METRICS)]
         validation = dumped_validations(folder / VALIDATION, run.rl)
-        write_metrics(records, validation, run.work)
-        plot = plot_curves(records, run.work / "rl.png", validation)
-        result = RLResult(
-            model=str(run.out),
-            base_model=run.base_model,
-            backend="skyrl",
-            inputs_digest=run.inputs,
-            tasks=len(run.tasks),
-            steps=run.rl.steps,
-            records=records,
-            infra_failures=sum(r["infra_failures"] or 0 for r in records),
-            train_seconds=seconds,
-            curves=str(plot) if plot else None,
-            tensorboard=str(run.work / "tensorboard"),
-            validation=validation,
-        )
-        (run.out / RECORD).write_text(json.dumps(result.to_dict(), indent=1))
-        return result
+        infra = sum(r["infra_failures"] or 0 for r in records)
+        return publish_result(run, "skyrl", records, validation, seconds, infra_failures=infra)
 
 
 def publish(export: Path, policy: Path, out: Path) -> None:

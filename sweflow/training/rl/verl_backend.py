@@ -28,11 +28,9 @@ names another interpreter): its fastapi pin clashes with Prefect's.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,21 +39,20 @@ from sweflow.agent.config import AgentConfig
 from sweflow.errors import ConfigError, SweflowError
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
-from sweflow.training.output import RECORD
 from sweflow.training.rl.backend import OnRLStep, RLRun
 from sweflow.training.rl.config import RLConfig
+from sweflow.training.rl.launched import launch_run, publish_result
 from sweflow.training.rl.lora import merge_adapter_folder
 from sweflow.training.rl.result import (
     RLResult,
     RLStepRecord,
-    plot_curves,
     published,
     read_records,
 )
 from sweflow.training.rl.rollout_context import write_context
 from sweflow.training.rl.side_env import SideEnv, refusal, run_logged, trainer_loggers
 from sweflow.training.rl.side_env import launch_script as side_launch_script
-from sweflow.training.rl.validation import dumped_validations, write_metrics
+from sweflow.training.rl.validation import dumped_validations
 from sweflow.training.rl.verl_schema import hydra_value, trainer_settings
 from sweflow.training.workdir import resume_point
 
@@ -351,24 +348,9 @@ class VerlBackend:
         """Prepare, launch, merge: ``run.out`` is the trained policy as a Hugging Face folder.
         verl resumes by itself (``trainer.resume_mode=auto``) from the checkpoint ``resume``
         found, the only one left in its folder."""
-        tracked = run.tracking.env() if run.tracking else {}
-        command = prepare(
-            run.tasks,
-            run.policy,
-            run.work,
-            run.rl,
-            store=run.store,
-            specs=run.specs,
-            agent=run.env.agent,
-            backend=run.backend,
-            env=tracked,
-            tracking=run.tracking,
-            val_tasks=run.val_tasks,
+        actor, seconds = launch_run(
+            run, prepare, lambda command, env: launch(command, run.work, env)
         )
-        began = time.monotonic()
-        with run.tracking.detached() if run.tracking else contextlib.nullcontext():
-            actor = launch(command, run.work, tracked)
-        seconds = round(time.monotonic() - began, 1)
         merge(actor, run.out)
         if run.rl.lora.enabled:  # verl's merger leaves the adapter beside the base weights
             merge_adapter_folder(run.out)
@@ -379,24 +361,7 @@ class VerlBackend:
             if STEP_TIMES <= line["data"].keys()
         ]
         validation = dumped_validations(folder / VALIDATION, run.rl)
-        write_metrics(records, validation, run.work)
-        plot = plot_curves(records, run.work / "rl.png", validation)
-        result = RLResult(
-            model=str(run.out),
-            base_model=run.base_model,
-            backend="verl",
-            inputs_digest=run.inputs,
-            tasks=len(run.tasks),
-            steps=run.rl.steps,
-            records=records,
-            infra_failures=None,
-            train_seconds=seconds,
-            curves=str(plot) if plot else None,
-            tensorboard=str(run.work / "tensorboard"),
-            validation=validation,
-        )
-        (run.out / RECORD).write_text(json.dumps(result.to_dict(), indent=1))
-        return result
+        return publish_result(run, "verl", records, validation, seconds, infra_failures=None)
 
 
 def step_record(line: dict[str, Any]) -> RLStepRecord:
