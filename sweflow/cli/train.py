@@ -393,8 +393,8 @@ def show_launch_plan(config, model: str, out: Path, validation: bool, max_turns:
         )
     if composed is None:
         console.print(
-            f"{name}'s environment (.venv-{env.name}) is missing: its config was not composed "
-            f"(bash scripts/setup-{env.name}.sh)",
+            f"{name}'s environment (.venv-{env.name}) is not installed: its config was not "
+            f"composed (bash scripts/setup-{env.name}.sh)",
             highlight=False,
         )
     else:

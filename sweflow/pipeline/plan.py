@@ -162,7 +162,8 @@ def _rl(config: PipelineConfig, compose_in: Path | None) -> StagePlan:
     if composed is not None:
         shown.append(Shown(f"{name}'s config, as {name} composes it", composed, "yaml"))
     else:
-        summary += f"; {name}'s config not composed (no .venv-{backend.environment.name})"
+        venv = f".venv-{backend.environment.name}"
+        summary += f"; {name}'s config not composed ({venv} not installed)"
     return StagePlan("rl", summary, shown)
 
 

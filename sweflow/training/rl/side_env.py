@@ -37,6 +37,14 @@ class SideEnv:
         named = os.environ.get(self.variable)
         return Path(named) if named else ROOT / f".venv-{self.name}" / "bin" / "python"
 
+    def ready(self) -> bool:
+        """Whether the environment is installed: the interpreter a variable names, or the venv
+        with its setup script's stamp (written last: a venv still installing has none)."""
+        python = self.python_path()
+        if os.environ.get(self.variable):
+            return python.is_file()
+        return (python.parents[1] / f".sweflow-{self.name}-installed").is_file()
+
     def python(self) -> Path:
         """The interpreter; a ConfigError naming the setup script when it is missing."""
         python = self.python_path()

@@ -217,7 +217,7 @@ def preview(
     settings = overrides(rl, policy, work / FOLDER, validation, max_turns)
     python = SKYRL.python_path()
     composed = None
-    if compose_in is not None and python.is_file():
+    if compose_in is not None and SKYRL.ready():
         compose(settings, compose_in / "skyrl_config.yaml", compose_in / "compose.log")
         composed = (compose_in / "skyrl_config.yaml").read_text()
     command = [str(python), "-m", ENTRY, "train", *settings]

@@ -250,7 +250,7 @@ def preview(
     )
     python = verl_python_path()
     composed = None
-    if compose_in is not None and python.is_file():
+    if compose_in is not None and VERL.ready():
         compose(settings, compose_in / "verl_config.yaml", compose_in / "compose.log")
         composed = (compose_in / "verl_config.yaml").read_text()
     return composed, launch_script([str(python), "-m", "verl.trainer.main_ppo", *settings], work)
