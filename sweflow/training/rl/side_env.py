@@ -75,10 +75,28 @@ def run_logged(
         raise error(f"{failure} (exit {done.returncode}); see {log}:\n{tail}")
 
 
-def refusal(log: Path) -> str | None:
-    """The last ``error: ...`` line a compose step wrote to ``log`` (its one-line refusal)."""
-    refused = [line for line in log.read_text().splitlines() if line.startswith("error: ")]
-    return refused[-1][7:] if refused else None
+def compose_logged(
+    argv: list[str], log: Path, trainer: str, section: str, error: type[SweflowError]
+) -> None:
+    """Run a trainer's compose step ``argv`` (its own Hydra and checks, in its environment):
+    the last ``error: ...`` line it wrote, its one-line refusal, becomes a ConfigError naming
+    ``section``; any other failure is ``error`` with the log's tail."""
+    try:
+        run_logged(argv, log, f"{trainer} failed composing its config", error)
+    except error:
+        refused = [line for line in log.read_text().splitlines() if line.startswith("error: ")]
+        if refused:
+            raise ConfigError(
+                f"{section}: {trainer} refused its config: {refused[-1][7:]}"
+            ) from None
+        raise
+
+
+def tracked_checkpoint(checkpoints: Path, tracker: str) -> Path | None:
+    """The ``global_step_N`` checkpoint that a trainer's tracker file (holding N) names as its
+    last, or None."""
+    named = checkpoints / tracker
+    return checkpoints / f"global_step_{named.read_text().strip()}" if named.is_file() else None
 
 
 def launch_script(command: list[str], exports: dict[str, str], title: str) -> str:

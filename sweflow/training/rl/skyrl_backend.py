@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweflow.agent.config import AgentConfig
-from sweflow.errors import ConfigError, SweflowError
+from sweflow.errors import SweflowError
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 from sweflow.training.rl.backend import OnRLStep, RLRun
@@ -54,9 +54,10 @@ from sweflow.training.rl.result import (
 from sweflow.training.rl.rollout_context import write_context
 from sweflow.training.rl.side_env import (
     SideEnv,
+    compose_logged,
     launch_script,
-    refusal,
     run_logged,
+    tracked_checkpoint,
     trainer_loggers,
 )
 from sweflow.training.rl.skyrl_settings import trainer_settings
@@ -194,12 +195,7 @@ def compose(settings: list[str], out: Path, log: Path) -> None:
     """SkyRL's config composed from ``settings`` and checked by its validate_cfg in its
     environment, saved to ``out``; a refusal is a ConfigError of one line naming it."""
     argv = [str(SKYRL.python()), "-m", ENTRY, "compose", str(out), *settings]
-    try:
-        run_logged(argv, log, "SkyRL failed composing its config", SkyRLError)
-    except SkyRLError:
-        if (refused := refusal(log)) is not None:
-            raise ConfigError(f"rl.skyrl: SkyRL refused its config: {refused}") from None
-        raise
+    compose_logged(argv, log, "SkyRL", "rl.skyrl", SkyRLError)
 
 
 def preview(
@@ -247,8 +243,7 @@ def last_export(exports: Path) -> Path | None:
 
 def last_checkpoint(checkpoints: Path) -> Path | None:
     """The checkpoint SkyRL's tracker file names as its last, or None."""
-    tracker = checkpoints / TRACKER
-    return checkpoints / f"global_step_{tracker.read_text().strip()}" if tracker.is_file() else None
+    return tracked_checkpoint(checkpoints, TRACKER)
 
 
 def step_record(line: dict[str, Any]) -> RLStepRecord:

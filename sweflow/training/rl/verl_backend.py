@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweflow.agent.config import AgentConfig
-from sweflow.errors import ConfigError, SweflowError
+from sweflow.errors import SweflowError
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 from sweflow.training.rl.backend import OnRLStep, RLRun
@@ -50,7 +50,13 @@ from sweflow.training.rl.result import (
     read_records,
 )
 from sweflow.training.rl.rollout_context import write_context
-from sweflow.training.rl.side_env import SideEnv, refusal, run_logged, trainer_loggers
+from sweflow.training.rl.side_env import (
+    SideEnv,
+    compose_logged,
+    run_logged,
+    tracked_checkpoint,
+    trainer_loggers,
+)
 from sweflow.training.rl.side_env import launch_script as side_launch_script
 from sweflow.training.rl.validation import dumped_validations
 from sweflow.training.rl.verl_schema import hydra_value, trainer_settings
@@ -229,12 +235,7 @@ def compose(settings: list[str], out: Path, log: Path) -> None:
     environment (sweflow.training.rl.verl_config), saved to ``out``; a refusal is a
     ConfigError of one line naming the key."""
     argv = [str(verl_python()), "-m", "sweflow.training.rl.verl_config", "compose", str(out)]
-    try:
-        _run([*argv, *settings], log, "composing its config")
-    except VerlError:
-        if (refused := refusal(log)) is not None:
-            raise ConfigError(f"rl.verl: verl refused its config: {refused}") from None
-        raise
+    compose_logged([*argv, *settings], log, "verl", "rl.verl", VerlError)
 
 
 def preview(
@@ -282,8 +283,7 @@ def launch(command: list[str], work: Path, env: dict[str, str] | None = None) ->
 
 def last_checkpoint(checkpoints: Path) -> Path | None:
     """The checkpoint verl's tracker file names as its last, or None."""
-    tracker = checkpoints / TRACKER
-    return checkpoints / f"global_step_{tracker.read_text().strip()}" if tracker.is_file() else None
+    return tracked_checkpoint(checkpoints, TRACKER)
 
 
 def merge(actor: Path, out: Path) -> Path:
