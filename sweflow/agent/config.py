@@ -16,6 +16,8 @@ from sweflow.configfile import ConfigModel
 from sweflow.errors import ConfigError
 
 ToolMode = Literal["tools", "text"]
+# how the replay teacher writes an edit: the editor command it demonstrates
+TeacherEdits = Literal["str_replace", "replace_lines"]
 
 
 class SamplingConfig(ConfigModel):
@@ -114,6 +116,11 @@ class ReplayTeacher(BaseModel):
 
     model_config = TEACHER
     kind: Literal["replay"] = "replay"
+    edits: TeacherEdits = Field(
+        "str_replace",
+        description="the editor command its edits use: str_replace quotes the old text, "
+        "replace_lines names it by the line numbers its views showed",
+    )
 
 
 def _teacher_shorthand(value: Any) -> Any:

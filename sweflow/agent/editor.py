@@ -2,7 +2,9 @@
 
 Files are read and written through the sandbox's file API (no shell round trip, no quoting), so
 an edit costs well under a millisecond. Every reply shows numbered lines, so the model sees the
-exact text it can quote in the next ``str_replace``.
+exact text it can quote in the next ``str_replace``, or the line numbers a ``replace_lines``
+names (SWE-agent's first ``edit N:M``: the new text only, the old text named by its lines, which
+a small model can write where quoting the old text verbatim is what it gets wrong).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from sweflow.errors import SweflowError
 from sweflow.sandbox import Sandbox, SandboxFileError
 
 SNIPPET_LINES = 4  # context shown around an edit
-COMMANDS = ("view", "create", "str_replace", "insert")
+COMMANDS = ("view", "create", "str_replace", "replace_lines", "insert")
 
 
 class ToolError(SweflowError):
@@ -47,6 +49,8 @@ async def run_editor(sandbox: Sandbox, args: dict[str, Any], workdir: str) -> st
             return await _create(sandbox, path, _text(args, "file_text"))
         if command == "str_replace":
             return await _str_replace(sandbox, path, _text(args, "old_str"), args.get("new_str"))
+        if command == "replace_lines":
+            return await _replace_lines(sandbox, path, args.get("line_range"), args.get("new_str"))
         return await _insert(sandbox, path, args.get("insert_line"), _text(args, "new_str"))
     except UnreadableFile as exc:
         raise ToolError(f"{exc}{await _namesakes(sandbox, path, workdir)}") from None
@@ -155,6 +159,33 @@ async def _str_replace(sandbox: Sandbox, path: str, old: str, new: Any) -> str:
     edited = text[:at] + new + text[at + len(old) :]
     await _write(sandbox, path, edited)
     return _edited(path, edited, text[:at].count("\n") + 1, new.count("\n") + 1)
+
+
+async def _replace_lines(sandbox: Sandbox, path: str, line_range: Any, new: Any) -> str:
+    """Lines ``[first, last]`` of the file become ``new`` (its lines; empty: they are deleted)."""
+    new = "" if new is None else new
+    if not isinstance(new, str):
+        raise ToolError("`new_str` must be a string")
+    text = await _read(sandbox, path)
+    lines = text.split("\n")
+    length = len(lines) - 1 if len(lines) > 1 and lines[-1] == "" else len(lines)
+    if not (
+        isinstance(line_range, list)
+        and len(line_range) == 2
+        and all(isinstance(n, int) for n in line_range)
+        and 1 <= line_range[0] <= line_range[1] <= length
+    ):
+        raise ToolError(
+            f"line_range must be two line numbers [first, last] within the file's 1..{length} "
+            "lines (view it to see them)"
+        )
+    first, last = line_range
+    added = new.removesuffix("\n").split("\n") if new else []
+    if added == lines[first - 1 : last]:
+        raise ToolError("No replacement was performed: new_str is the same as those lines.")
+    edited = "\n".join(lines[: first - 1] + added + lines[last:])
+    await _write(sandbox, path, edited)
+    return _edited(path, edited, first, max(len(added), 1))
 
 
 async def _insert(sandbox: Sandbox, path: str, insert_line: Any, new: str) -> str:

@@ -161,8 +161,8 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         EDITOR,
         "View a file with line numbers (or list a directory), create a file, replace one exact "
-        "occurrence of old_str with new_str, or insert new_str after line insert_line (0: at "
-        "the top).",
+        "occurrence of old_str with new_str, replace the lines line_range names with new_str, "
+        "or insert new_str after line insert_line (0: at the top).",
         {
             "type": "object",
             "properties": {
@@ -170,7 +170,15 @@ TOOLS: tuple[Tool, ...] = (
                 "path": {"type": "string", "description": "Absolute path."},
                 "file_text": {"type": "string", "description": "create: the content."},
                 "old_str": {"type": "string", "description": "str_replace: exact text."},
-                "new_str": {"type": "string", "description": "str_replace/insert: new text."},
+                "new_str": {
+                    "type": "string",
+                    "description": "str_replace/replace_lines/insert: new text.",
+                },
+                "line_range": {
+                    "type": "array",
+                    "items": {"type": "integer"},
+                    "description": "replace_lines: [first, last] lines, as view numbers them.",
+                },
                 "insert_line": {"type": "integer", "description": "insert: after this line."},
                 "view_range": {
                     "type": "array",
@@ -187,6 +195,8 @@ TOOLS: tuple[Tool, ...] = (
             "str_replace_editor view /path/file.py --view_range '[10, 40]'",
             "str_replace_editor str_replace /path/file.py --old_str 'exact old text' "
             "--new_str 'new text'",
+            "str_replace_editor replace_lines /path/file.py --line_range '[12, 14]' "
+            "--new_str 'the new text of lines 12 to 14'",
             "str_replace_editor create /path/new.py --file_text 'the content'",
             "str_replace_editor insert /path/file.py --insert_line 12 --new_str 'text to insert'",
         ),

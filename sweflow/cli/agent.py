@@ -228,6 +228,12 @@ def collect_command(
         "the clues a student has (the issue, tracebacks, searches) and made through the "
         "agent's tools (no model needed; a task no clue leads through is skipped).",
     ),
+    teacher_edits: str = typer.Option(
+        "str_replace",
+        "--teacher-edits",
+        help="replay: the editor command its edits use, str_replace (the old text quoted) or "
+        "replace_lines (the old text named by the line numbers its views showed).",
+    ),
     tamper_guard: bool = typer.Option(
         True,
         "--tamper-guard/--no-tamper-guard",
@@ -247,13 +253,17 @@ def collect_command(
 
     if teacher not in ("endpoint", "replay"):
         raise CliError(f"--teacher {teacher!r}: choose endpoint or replay")
+    if teacher_edits not in ("str_replace", "replace_lines"):  # config.TeacherEdits
+        raise CliError(f"--teacher-edits {teacher_edits!r}: choose str_replace or replace_lines")
     model = agent.model_config() if teacher == "endpoint" else None  # checked before the build
     work = f"collect {rollouts} {teacher} run(s) a task"
     dataset, rows, plan, executor = agent.prepare(data, work)
     client_for = None
     if teacher == "replay":  # a client per run replays its gold patch; rows it cannot, left out
         mode, steps = plan.agent.tool_mode, plan.agent.max_steps
-        client_for, skipped = replay_clients(rows, mode, dataset.specs, steps)
+        client_for, skipped = replay_clients(
+            rows, mode, dataset.specs, steps, teacher_edits  # type: ignore[arg-type]
+        )
         for why in skipped.values():
             console.print(f"[yellow]skipped (cannot replay):[/] {why}", highlight=False)
         rows = [row for row in rows if row.instance_id not in skipped]

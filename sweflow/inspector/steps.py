@@ -11,7 +11,8 @@ from typing import Any
 from sweflow.agent.tools import EDITOR, TOOLS_BY_NAME
 from sweflow.agent.trajectory import ActionRecord, StepRecord, Trajectory
 
-EDITS = ("create", "str_replace", "insert")
+EDITS = ("create", "str_replace", "replace_lines", "insert")
+NAMING = ("command", "path", "insert_line", "line_range")  # an edit's arguments besides its texts
 HUNK = re.compile(r"^@@ .* @@$")
 
 
@@ -59,14 +60,15 @@ def _line(action: ActionRecord, short: bool) -> str:
     if tool is None:
         return f"{action.tool} {json.dumps(action.args)}"
     if short:
-        kept = {k: v for k, v in action.args.items() if k in ("command", "path", "insert_line")}
+        kept = {k: v for k, v in action.args.items() if k in NAMING}
         return tool.command_line(kept)
     return tool.command_line(action.args)
 
 
 def edit_diff(tool: str, args: dict[str, Any]) -> str | None:
     """The unified diff an editor action makes (None for anything else). A str_replace's hunk
-    has no line numbers: the action names the text it replaces, not where it is."""
+    has no line numbers: the action names the text it replaces, not where it is; a
+    replace_lines hunk has no old lines: it names them by number only."""
     command, path = args.get("command"), args.get("path")
     if tool != EDITOR or command not in EDITS or not isinstance(path, str):
         return None
@@ -83,6 +85,12 @@ def edit_diff(tool: str, args: dict[str, Any]) -> str | None:
         added = _lines(new)
         body = "".join(f"+{line}" for line in added)
         return f"--- a{path}\n+++ b{path}\n@@ -{after},0 +{after + 1},{len(added)} @@\n{body}"
+    if command == "replace_lines":
+        span = args.get("line_range")
+        if not (isinstance(span, list) and len(span) == 2):
+            return None
+        body = "".join(f"+{line}" for line in _lines(new))
+        return f"--- a{path}\n+++ b{path}\n@@ lines {span[0]}-{span[1]} replaced by @@\n{body}"
     old = args.get("old_str")
     if not isinstance(old, str):
         return None

@@ -56,9 +56,10 @@ def targets(action: Action) -> Iterator[tuple[str, str, list[tuple[int, int]]]]:
     if action.tool != EDITOR:
         return
     command = action.args.get("command")
-    if command in ("str_replace", "insert") and action.args.get("new_str"):
+    if command in ("str_replace", "replace_lines", "insert") and action.args.get("new_str"):
         new = str(action.args["new_str"])
         yield "edit", new, [(0, len(new))]
+        # replace_lines names the old text by number: all of its new text counts as the fix
         old = str(action.args.get("old_str") or "") if command == "str_replace" else ""
         yield "fix", new, changed_ranges(old, new)
     elif command == "view":

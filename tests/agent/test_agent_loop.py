@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,41 @@ def test_text_mode_has_the_editor_as_a_command_line(endpoint, scratch, git_layer
     assert traj.steps[1].actions[0].args == edit
     assert "unexpected '--bogus'" in traj.steps[2].format_error
     assert '+    return "it\'s $HOME"' in traj.patch
+
+
+def test_replace_lines_names_the_old_text_by_its_line_numbers(endpoint, scratch, git_layer):
+    """The text form a small model writes: the lines a view numbered and their new text; a
+    range outside the file, or new text equal to those lines, is refused and changes nothing."""
+    sandbox = scratch(git_layer)
+    wd = sandbox.spec.workdir
+
+    def lines(first: int, last: int, new: str) -> dict:
+        return bash_block(
+            f"str_replace_editor replace_lines {wd}/hello.py --line_range '[{first}, {last}]' "
+            f"--new_str {shlex.quote(new)}"
+        )
+
+    url, _ = endpoint(
+        turns=[
+            lines(2, 3, "    return 1"),
+            lines(2, 2, "    return 'hello'"),
+            lines(2, 2, "    greeting = 'hello world'\n    return greeting\n"),
+            lines(1, 1, ""),
+            bash_block("submit"),
+        ]
+    )
+    traj = run(url, sandbox, mode="text")
+    assert traj.exit_status == "submitted", traj.error
+    obs = [s.actions[0].observation for s in traj.steps]
+    assert "within the file's 1..2 lines" in obs[0]
+    assert "new_str is the same as those lines" in obs[1]
+    assert "     2\t    greeting = 'hello world'" in obs[2] and "has been edited" in obs[2]
+    assert traj.steps[2].actions[0].args["line_range"] == [2, 2]
+    # the def line deleted: the file is the two new lines, its last newline kept
+    assert (
+        "-def hello():\n-    return 'hello'\n+    greeting = 'hello world'\n+    return greeting\n"
+        in traj.patch
+    )
 
 
 def test_three_format_errors_in_a_row_end_the_run(endpoint, scratch, git_layer):

@@ -25,6 +25,7 @@ from sweflow.agent.teacher.replay import (
     ReplayModel,
     quiet,
     replay_check,
+    line_edit,
     replay_clients,
     smallest_edit,
 )
@@ -420,20 +421,27 @@ def test_the_test_step_runs_the_visible_failing_tests_it_knows_of_quietly() -> N
 
 
 @pytest.mark.parametrize(
-    "mode",
+    ("mode", "edits"),
     [  # the first builds the demo's 36 environments
-        pytest.param("text", marks=pytest.mark.slow(minutes=6)),
-        pytest.param("tools", marks=pytest.mark.slow(minutes=5)),
+        pytest.param("text", "str_replace", marks=pytest.mark.slow(minutes=6)),
+        pytest.param("tools", "str_replace", marks=pytest.mark.slow(minutes=5)),
+        pytest.param("text", "replace_lines", marks=pytest.mark.slow(minutes=5)),
     ],
 )
-def test_every_demo_replay_is_imitable_and_resolves(grading_dataset, tmp_path, mode) -> None:
+def test_every_demo_replay_is_imitable_and_resolves(grading_dataset, tmp_path, mode, edits):
     """Every view, edit and run of each kept replay rests on the issue or an earlier observation
     (the old oracle's first step, a view of the gold file at the gold line, did not), every task
-    is either resolved or declined with its reason, and nothing is kept that is not resolved."""
+    is either resolved or declined with its reason, and nothing is kept that is not resolved;
+    with either editor command for the edits."""
     data, store = grading_dataset(DEMO)
     rows = {row.instance_id: row for row in data.rows}
     summary = replay_collect(
-        list(rows.values()), store=store, specs=data.specs, out_dir=tmp_path, tool_mode=mode
+        list(rows.values()),
+        store=store,
+        specs=data.specs,
+        out_dir=tmp_path,
+        tool_mode=mode,
+        edits=edits,
     )
     assert summary.runs == len(rows) == summary.kept + len(summary.skipped)
     assert summary.kept >= 30 and summary.imitable_fraction == 1.0, summary
@@ -451,6 +459,7 @@ def test_every_demo_replay_is_imitable_and_resolves(grading_dataset, tmp_path, m
         for step in traj.steps:
             for action in step.actions:
                 if action.tool == "str_replace_editor":
+                    assert action.args["command"] in ("view", "create", edits), instance_id
                     path = action.args["path"].removeprefix("/testbed/")
                     assert names_path(seen, path, "/testbed"), (instance_id, step.index)
                     assert path in gold or action.args["command"] == "view", instance_id
@@ -472,6 +481,63 @@ def test_an_edit_is_the_changed_lines_widened_only_until_unique() -> None:
         "    y = 1\n    y = 1\n    if x:\n",
         "    y = 1\n    y = 2\n    if x:\n",
     )
+
+
+def test_a_line_edit_is_the_changed_lines_and_an_insertion_takes_the_line_above() -> None:
+    source = "".join(f"line {n}\n" for n in range(1, 21))
+    changed = source.replace("line 9\nline 10\n", "line nine\nline ten\n")
+    assert line_edit(_diff("m.py", source, changed)) == (9, 10, "line nine\nline ten\n")
+    deleted = source.replace("line 12\n", "")
+    assert line_edit(_diff("m.py", source, deleted)) == (12, 12, "")
+    # lines only added: the range names the line above them, which the new text keeps
+    added = source.replace("line 5\n", "line 5\nline 5.5\n")
+    assert line_edit(_diff("m.py", source, added)) == (5, 5, "line 5\nline 5.5\n")
+    # at the top of the file there is no line above: the one below
+    top = "# header\n" + source
+    assert line_edit(_diff("m.py", source, top)) == (1, 1, "# header\nline 1\n")
+
+
+@pytest.mark.parametrize("mode", ["tools", "text"])
+def test_line_edits_name_the_viewed_lines_and_go_bottom_up(scratch, tmp_path, mode) -> None:
+    """A two-hunk fix made with ``replace_lines``: each edit names lines as the views numbered
+    them, the lower hunk first so that the upper one's numbers still hold; the patch is the
+    gold patch and every step rests on what the run had seen."""
+    layer = tmp_path / "layer"
+    repo = layer / "testbed"
+    repo.mkdir(parents=True)
+    body = "".join(f"    v{n} = {n}\n" for n in range(30))
+    source = f"def first(xs):\n{body}    return sum(xs)\n\n\ndef second(xs):\n{body}    return xs\n"
+    (repo / "calc.py").write_text(source)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    fixed = source.replace("    return sum(xs)\n", "    return sum(xs) + 1\n").replace(
+        "    return xs\n", "    xs = sorted(xs)\n    return xs\n"
+    )
+    (repo / "calc.py").write_text(fixed)
+    patch = git(repo, "diff")
+    git(repo, "checkout", "-q", "--", "calc.py")
+    row = Instance(
+        instance_id="demo__calc-2",
+        repo="demo/calc",
+        base_commit="HEAD",
+        problem_statement="first() is off by one and second() must sort",
+        patch=patch,
+    )
+    sandbox = scratch(layer)
+    check = Check("python3 -c 'import calc; print(calc.first([1]), calc.second([2, 1]))'")
+    model = ReplayModel(row, mode, check, edits="replace_lines")
+    traj = asyncio.run(run_agent(row, sandbox, model, AgentConfig(tool_mode=mode)))
+    assert traj.exit_status == "submitted", traj.error
+    edits = [
+        a.args for s in traj.steps for a in s.actions if a.args.get("command") == "replace_lines"
+    ]
+    assert [e["line_range"] for e in edits] == [[65, 65], [32, 32]]  # second's, then first's
+    # an insertion before `return xs` replaces the line above it with itself and the new line
+    assert edits[0]["new_str"] == "    v29 = 29\n    xs = sorted(xs)\n"
+    assert traj.patch == patch
+    assert traj.steps[-2].actions[0].observation.strip() == "2 [1, 2]"
+    assert imitability(row.problem_statement, traj.steps, sandbox.spec.workdir).fraction == 1.0
 
 
 def _diff(name: str, before: str, after: str):

@@ -106,8 +106,19 @@ def test_an_edit_tried_and_an_edit_that_went_through_are_told_apart() -> None:
     shown = ActionRecord(tool=BASH, args={"command": "sed -n 1,9p pkg/mod.py"}, observation=printed)
     looked = score("", shown)
     assert looked.right_file and not (looked.edited or looked.patched)
-    counts = rates([tried, applied, fixed, looked]).as_dict()
-    assert (counts["edited"], counts["patched"], counts["right_hunk"]) == (3, 2, 1)
+    by_lines = ActionRecord(
+        tool=EDITOR,
+        args={
+            "command": "replace_lines",
+            "path": "/testbed/pkg/mod.py",
+            "line_range": [2, 2],
+            "new_str": "    return 2\n",
+        },
+    )
+    lined = score(gold, by_lines)
+    assert lined.edited and lined.patched and lined.right_hunk
+    counts = rates([tried, applied, fixed, looked, lined]).as_dict()
+    assert (counts["edited"], counts["patched"], counts["right_hunk"]) == (4, 3, 2)
 
 
 GOLD = """--- a/pkg/mod.py

@@ -86,7 +86,7 @@ def test_steps_carry_thoughts_actions_observations_and_edit_diffs(data: dict) ->
     assert "ValueError" in run["issue"]
 
 
-def test_edit_diffs_of_create_and_insert() -> None:
+def test_edit_diffs_of_create_insert_and_replace_lines() -> None:
     created = edit_diff(
         "str_replace_editor", {"command": "create", "path": "/t/a.py", "file_text": "x = 1\n"}
     )
@@ -96,6 +96,11 @@ def test_edit_diffs_of_create_and_insert() -> None:
         {"command": "insert", "path": "a.py", "insert_line": 3, "new_str": "y\nz"},
     )
     assert inserted == "--- a/a.py\n+++ b/a.py\n@@ -3,0 +4,2 @@\n+y\n+z\n"
+    replaced = edit_diff(
+        "str_replace_editor",
+        {"command": "replace_lines", "path": "a.py", "line_range": [4, 6], "new_str": "w\n"},
+    )
+    assert replaced == "--- a/a.py\n+++ b/a.py\n@@ lines 4-6 replaced by @@\n+w\n"
     assert edit_diff("str_replace_editor", {"command": "view", "path": "a.py"}) is None
     assert edit_diff("bash", {"command": "ls"}) is None
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweflow.agent.config import ToolMode
+from sweflow.agent.config import TeacherEdits, ToolMode
 from sweflow.agent.runs.export import write_predictions, write_sft
 from sweflow.agent.trajectory import DECLINED, Trajectory
 from sweflow.harness.specs import SpecTable
@@ -134,9 +134,11 @@ def replay_collect(
     backend: str = "local",
     max_open_sandboxes: int = 4,
     max_steps: int | None = None,
+    edits: TeacherEdits = "str_replace",
 ) -> JobSummary:
     """``collect`` with the replay teacher on built rows: each gold patch reached and made
-    through the agent's tools and graded (golden trajectories without a model). Rows whose gold
+    through the agent's tools (its edits with the editor command ``edits``) and graded (golden
+    trajectories without a model). Rows whose gold
     patch cannot be read raise, naming them; rows the teacher declines (no clue leads to a place
     the patch changes, or a route longer than ``max_steps``, the student's limit; None: the
     agent's default) are in the summary's ``skipped``, with why."""
@@ -146,7 +148,7 @@ def replay_collect(
     from sweflow.grading import Grader
 
     agent = AgentConfig(tool_mode=tool_mode, **({"max_steps": max_steps} if max_steps else {}))
-    client_for, skipped = replay_clients(rows, tool_mode, specs, agent.max_steps)
+    client_for, skipped = replay_clients(rows, tool_mode, specs, agent.max_steps, edits)
     if skipped:
         raise ReplayError("; ".join(skipped.values()))
     plan = RunPlan(

@@ -9,8 +9,8 @@ show before it resolves anything.
   file whose range covers them, or a command that printed them: cat, sed -n, grep...); naming
   a gold file is not enough, since a blind view of a project's usual suspects would score;
   ``right_file_precision`` is its share of all views (gold views over views);
-- ``edited``: it tried to change a file (the editor's ``str_replace``, ``insert`` or ``create``,
-  or ``sed -i``), whether or not the edit went through;
+- ``edited``: it tried to change a file (the editor's ``str_replace``, ``replace_lines``,
+  ``insert`` or ``create``, or ``sed -i``), whether or not the edit went through;
 - ``patched``: its final patch changes a file the repository had (files it only created, such as
   a reproduction script, do not count): an edit went through;
 - ``right_hunk``: its patch changes a gold file inside the lines a gold hunk changes;
@@ -45,7 +45,7 @@ from sweflow.instances import Instance
 
 RUNS_PYTHON = re.compile(r"(^|[\s;&|(])(python3?|pytest|py\.test)(\s|$)")
 VIEWERS = frozenset({"cat", "sed", "head", "tail", "nl", "less", "more", "grep", "awk"})
-EDITS = frozenset({"str_replace", "insert", "create"})
+EDITS = frozenset({"str_replace", "replace_lines", "insert", "create"})
 LOOP = 3
 TRACEBACK = "Traceback (most recent call last)"
 # "(it is `path::test` on its own)" and "- `path::test`: message": how synthesized issues name

@@ -1,7 +1,8 @@
 """Could a student have taken these steps? Each action that opens, edits, runs or searches the
 repository must rest on what the run had seen before it: the issue, or an earlier observation.
 
-- an editor action (view, create, str_replace, insert) is grounded when its file was named;
+- an editor action (view, create, str_replace, replace_lines, insert) is grounded when its
+  file was named;
 - a search (``grep``, ``git grep``) when each of its terms appeared and each path it names was;
 - a script fed to Python on stdin (a reproduction) when its code appeared;
 - any other command when every repository path it names was named; a command that names none

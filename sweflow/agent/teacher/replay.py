@@ -8,7 +8,9 @@ issue's reproduction, follows the traceback, searches for the names and messages
 observations show (the failing tests' subjects first), reads on from what it viewed, until a
 view shows each place the gold patch changes; then it edits (``str_replace`` of the changed
 lines per hunk, widened by the hunk's context until unique in the file, then by the viewed
-lines), runs the reproduction again and the tests, and submits. Short, uniform steps are what a
+lines; or, as the teacher's ``edits`` asks, ``replace_lines`` of the changed lines by the
+numbers its views showed, a file's hunks from the bottom up so that those numbers hold), runs
+the reproduction again and the tests, and submits. Short, uniform steps are what a
 small student can learn. Every observation is the sandbox's real answer and the run is graded
 like any other. A task whose changes no clue leads to is declined with the reason (exit status
 ``declined``), never given a step a student could not have taken.
@@ -33,7 +35,7 @@ from unidiff.patch import Hunk
 
 from sweflow.agent.actions import Action
 from sweflow.agent.client import Completion, Declined, ModelError
-from sweflow.agent.config import ToolMode
+from sweflow.agent.config import TeacherEdits, ToolMode
 from sweflow.agent.teacher.clues import names_path, reproduction
 from sweflow.agent.teacher.replay_route import MAX_COST, Knowledge, Router, Target
 from sweflow.agent.teacher.source_map import SourceMap, read_sources
@@ -59,19 +61,25 @@ class ReplayModel:
     name = "replay"
 
     def __init__(
-        self, instance: Instance, tool_mode: ToolMode, check: Check, max_steps: int | None = None
+        self,
+        instance: Instance,
+        tool_mode: ToolMode,
+        check: Check,
+        max_steps: int | None = None,
+        edits: TeacherEdits = "str_replace",
     ) -> None:
         self.instance = instance
         self.tool_mode = tool_mode
         self.check = check
         self.max_steps = max_steps  # the agent's: a replay cut short by it teaches no submit
+        self.edits = edits
         self._plan: ReplayScript | None = None
         self._started = False
         self._calls = 0
 
     async def prepare(self, sandbox: Sandbox, workdir: str) -> None:
         source = SourceMap(await read_sources(sandbox, workdir))
-        self._plan = replay_plan(self.instance, self.check, source, workdir)
+        self._plan = replay_plan(self.instance, self.check, source, workdir, self.edits)
 
     async def complete(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
@@ -140,8 +148,15 @@ def gold_files(instance: Instance) -> list[PatchedFile]:
     return files
 
 
-def replay_plan(instance: Instance, check: Check, source: SourceMap, workdir: str) -> ReplayScript:
-    """The steps: reproduce, find every place to change by clues, edit, check, submit."""
+def replay_plan(
+    instance: Instance,
+    check: Check,
+    source: SourceMap,
+    workdir: str,
+    edits: TeacherEdits = "str_replace",
+) -> ReplayScript:
+    """The steps: reproduce, find every place to change by clues, edit (with ``edits``),
+    check, submit."""
     files = gold_files(instance)
     known = Knowledge(instance.problem_statement, workdir)
     router = Router(source, workdir)
@@ -156,7 +171,10 @@ def replay_plan(instance: Instance, check: Check, source: SourceMap, workdir: st
                     raise Declined(_unreachable(target, source))
                 known.learn(move, (yield move.thought, move.action))
     for patched in files:
-        yield from _replay_file(patched, known, source, workdir)
+        if edits == "replace_lines" and not _whole_file_change(patched):
+            yield from _replace_lines(patched, source, workdir)
+        else:
+            yield from _replay_file(patched, known, source, workdir)
     if script is not None:
         yield "Run the reproduction again to check the fix.", run_script(script)
     yield "Run the tests to check that nothing else broke.", _bash(check.line(known.text, workdir))
@@ -266,6 +284,38 @@ def _replay_file(
         text = text.replace(*done[-1], 1)
 
 
+def _replace_lines(patched: PatchedFile, source: SourceMap, workdir: str) -> ReplayScript:
+    """The file's hunks as ``replace_lines`` edits, the last first: each names lines as the
+    views numbered them, which the edits below them do not move."""
+    path = f"{workdir.rstrip('/')}/{patched.path}"
+    for hunk in reversed(list(patched)):
+        first, last, new = line_edit(hunk)
+        holder = source.enclosing(patched.path, first)
+        where = f"`{holder.name}`" if holder else patched.path
+        edit = {"command": "replace_lines", "path": path, "line_range": [first, last]}
+        thought = f"Lines {first}-{last} in {where} are what goes wrong; replace them."
+        yield thought, Action(EDITOR, {**edit, "new_str": new})
+
+
+def line_edit(hunk: Hunk) -> tuple[int, int, str]:
+    """The hunk as (first, last, new): the lines its changes span (before the change) and their
+    new text. A hunk that only adds lines takes in the context line above them (below, at the
+    top of a file), since a range names at least one line."""
+    lines = _lines(hunk)
+    changed = [i for i, (kind, _) in enumerate(lines) if kind != " "]
+    start, end = changed[0], changed[-1]
+    if all(lines[i][0] == "+" for i in range(start, end + 1)):
+        context = [i for i, (kind, _) in enumerate(lines) if kind == " "]
+        if not context:
+            raise Declined("a hunk with no line before the change to name: use str_replace")
+        above = [i for i in context if i < start]
+        start, end = (above[-1], end) if above else (start, min(i for i in context if i > end))
+    number = hunk.source_start + sum(kind != "+" for kind, _ in lines[:start])
+    old_count = sum(kind != "+" for kind, _ in lines[start : end + 1])
+    new = "".join(text for kind, text in lines[start : end + 1] if kind != "-")
+    return number, number + old_count - 1, new
+
+
 def smallest_edit(hunk: Hunk, text: str) -> tuple[str, str]:
     """The hunk as (old, new) text: its changed lines, widened one context line each side at a
     time until ``old`` appears once in the file's ``text``; the whole hunk when nothing smaller
@@ -363,12 +413,17 @@ def quiet(test_command: str) -> str:
 
 
 def replay_clients(
-    rows: list[Instance], tool_mode: ToolMode, specs: SpecTable | None, max_steps: int | None = None
+    rows: list[Instance],
+    tool_mode: ToolMode,
+    specs: SpecTable | None,
+    max_steps: int | None = None,
+    edits: TeacherEdits = "str_replace",
 ) -> tuple[Callable[[Instance], ReplayModel], dict[str, str]]:
-    """A Batch's ``client_for`` that replays each row, and {instance id: why not} for the rows
-    whose gold patch cannot be replayed (checked here, before any sandbox opens). The test step
-    uses the row's environment spec's test command (pytest for rows without a spec); a replay
-    that would not submit within the agent's ``max_steps`` is declined."""
+    """A Batch's ``client_for`` that replays each row (its edits made with the editor command
+    ``edits``), and {instance id: why not} for the rows whose gold patch cannot be replayed
+    (checked here, before any sandbox opens). The test step uses the row's environment spec's
+    test command (pytest for rows without a spec); a replay that would not submit within the
+    agent's ``max_steps`` is declined."""
     skipped: dict[str, str] = {}
     for row in rows:
         try:
@@ -381,6 +436,7 @@ def replay_clients(
             command = specs.get(row.repo, row.version or "").test_cmd if specs else DEFAULT_TESTS
         except SpecError:
             command = DEFAULT_TESTS
-        return ReplayModel(row, tool_mode, replay_check(row, command or DEFAULT_TESTS), max_steps)
+        check = replay_check(row, command or DEFAULT_TESTS)
+        return ReplayModel(row, tool_mode, check, max_steps, edits)
 
     return client_for, skipped

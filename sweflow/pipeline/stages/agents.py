@@ -120,7 +120,7 @@ def _collect_plan(
         key = teacher.api_key()
         model = ModelConfig(base_url=teacher.url, model=teacher.model, api_key=key, **sampling)
         return rows, plan(mode, model=model)
-    client_for, skipped = replay_clients(rows, mode, specs, config.agent.max_steps)
+    client_for, skipped = replay_clients(rows, mode, specs, config.agent.max_steps, teacher.edits)
     for instance_id, why in skipped.items():
         ctx.progress(f"cannot replay {instance_id}: {why}", 0, len(rows))
     kept = [row for row in rows if row.instance_id not in skipped]
