@@ -33,16 +33,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
-
-from pydantic import ConfigDict, Field
 
 from sweflow.agent.config import AgentConfig
 from sweflow.agent.runs.jobs import JobSummary, replay_collect
 from sweflow.agent.teacher.scripted_policy import scripted_clients
 from sweflow.agent.templates import demonstration
 from sweflow.agent.trajectory import Trajectory
-from sweflow.bench import DATA, DEMO, BenchError, bench_root, heldout_repos, wheelhouse
+from sweflow.bench import DEMO, BenchError, bench_root, heldout_repos, wheelhouse
+from sweflow.bench.learn_plan import BEFORE_RL, FULL, QUICK, RL_ONLY, LearnPlan, load_plan
 from sweflow.bench.learn_plots import learn_plots
 from sweflow.bench.learn_runs import (
     MAX_MODEL_LEN,
@@ -54,9 +52,7 @@ from sweflow.bench.learn_runs import (
 )
 from sweflow.bench.learn_tasks import across_operators, leak_rate
 from sweflow.bench.run_folder import RunFolder, open_run_folder
-from sweflow.configfile import ConfigModel, read_yaml_mapping, validate_model
 from sweflow.envcache.dataset import Dataset, across_repos
-from sweflow.errors import ConfigError
 from sweflow.files import write_atomic
 from sweflow.instances import Instance
 from sweflow.progress import Progress
@@ -77,74 +73,6 @@ LEARN = Path("data") / "learn" / "tasks.jsonl"
 RESULT = "learn.json"  # written last: a run folder without it is continued by a re-run
 SPLITS = ("dev", "test")  # the dataset's held-out projects; the plan's test_dataset, run once
 UNGUARDED = "sft_without_repeat_guard"  # the SFT model again, its repeated replies run again
-
-
-class LearnPlan(ConfigModel):
-    """How much of everything a run does: a YAML file (sweflow/data/bench/learn.yaml, and
-    learn-quick.yaml, which keeps every step, smaller), so another plan is a file, not code."""
-
-    model_config = ConfigDict(frozen=True)
-
-    train_tasks: int | None = Field(ge=1, description="train tasks the teacher runs (null: all)")
-    heldout_tasks: int | None = Field(ge=1)
-    sft_epochs: int = Field(ge=1)
-    # a sample of sequences an epoch (parts of conversations)
-    sft_steps_per_epoch: int | None = Field(ge=1)
-    candidates: int = Field(ge=1, description="train tasks tried for the RL check")
-    candidate_samples: int = Field(ge=1, description="samples per candidate at temperature 1")
-    rl_tasks: int = Field(ge=1, description="tasks the RL check trains on")
-    rl_steps: int = Field(ge=1)
-    overfit_samples: int = Field(ge=1, description="samples per RL task before and after")
-    # agent steps per run; the teacher keeps routes that fit in them
-    max_steps: int = Field(12, ge=1)
-    unguarded: bool = True  # run the SFT model once more without the agent's repeat guard
-    max_tokens: int = Field(768, ge=1)  # per reply: the teacher's longest (a reproduction script)
-    learning_rate: float = Field(1e-4, gt=0)  # full fine-tune of a 135M model, a few hundred rows
-    # whole conversations that fit in this many, every epoch
-    sft_sequences: int | None = Field(None, ge=1)
-    # GRPO's step size: at 1e-5 a few steps barely move the weights next to SFT's hundred-odd
-    # steps of 1e-4, nor the resolve rate (benchmarks/results/learn.md)
-    rl_learning_rate: float = Field(5e-5, gt=0)
-    # DAPO's dynamic sampling: a group of 4 episodes with no success is drawn again, up to 3 more
-    # times, and masked if none differs; without it every update of an all-failure group follows
-    # the shaping alone, toward a first action that never resolves (benchmarks/results/learn.md)
-    rl_dynamic_rounds: int = Field(3, ge=0)
-    # the test split (a tasks file, relative to where the bench runs): every model is run on it
-    # once, reported apart from the dev split (the dataset's held-out projects); null: none
-    test_dataset: Path | None = None
-    # samples per task at temperature 1 for pass@k of resolving and of the right hunk, per model
-    # and split (0: greedy runs only)
-    pass_k: int = Field(0, ge=0)
-    # the order of the train tasks, which the teacher's trajectories keep and SFT takes them in
-    # while they fit sft_sequences: each project in turn (the committed figures' order), or each
-    # bug operator in turn, its tasks across projects (every operator among the first tasks)
-    sft_order: Literal["projects", "operators"] = "projects"
-
-
-def load_plan(path: Path) -> LearnPlan:
-    """The plan of the YAML file ``path``; a ConfigError names the file and the field."""
-    data = read_yaml_mapping(path, "learn plan", ConfigError)
-    return validate_model(LearnPlan, data, f"learn plan {path}", ConfigError)
-
-
-# The plan's fields that only the RL check and the samples for pass@k read: a run that differs
-# from an earlier one only in these starts from that run's teacher, SFT and held-out stages
-# (their folders copied)
-RL_ONLY = (
-    "pass_k",
-    "candidates",
-    "candidate_samples",
-    "rl_tasks",
-    "rl_steps",
-    "overfit_samples",
-    "rl_learning_rate",
-    "rl_dynamic_rounds",
-)
-BEFORE_RL = ("gold", "sft", "base", "gold-dev", "teacher-forced")
-
-
-FULL = DATA / "bench" / "learn.yaml"  # the plans, shipped: why each figure, in its comments
-QUICK = DATA / "bench" / "learn-quick.yaml"
 
 
 def run(
@@ -244,6 +172,7 @@ def _measure(
         specs=data.specs,
         out_dir=out / "gold",
         max_steps=plan.max_steps,
+        edits=plan.teacher_edits,
     )
     report.update(
         golden_kept=gold.kept,
@@ -267,7 +196,12 @@ def _measure(
 
     progress(f"teacher-forced accuracy on the teacher's trajectories of {len(eval_rows)} dev tasks")
     dev_gold = replay_collect(
-        eval_rows, store=store, specs=data.specs, out_dir=out / "gold-dev", max_steps=plan.max_steps
+        eval_rows,
+        store=store,
+        specs=data.specs,
+        out_dir=out / "gold-dev",
+        max_steps=plan.max_steps,
+        edits=plan.teacher_edits,
     )
     models = {"base": base, "sft": Path(sft.model)}
     saved = out / "teacher-forced" / "accuracy.json"
@@ -323,12 +257,8 @@ def _measure(
                 repeat_guard=False,
             )
         chosen, before = _rl_tasks(model, data, store, trained, out / "sft", plan, progress)
-    overfit: dict = {
-        "tasks": [r.instance_id for r in chosen],
-        "steps": plan.rl_steps,
-        "samples_per_task": plan.overfit_samples,
-        **_sampled("before", before),
-    }
+    overfit: dict = {"steps": plan.rl_steps, "samples_per_task": plan.overfit_samples}
+    after: list[Trajectory] = []
     if chosen:
         progress(
             f"GRPO: {plan.rl_steps} steps on {len(chosen)} task(s) the SFT model resolves sometimes"
@@ -361,14 +291,14 @@ def _measure(
                 rollouts=plan.overfit_samples,
                 temperature=1.0,
             )
-            overfit.update(_sampled("after", samples["trajectories"]))
+            after = samples["trajectories"]
     else:  # no RL ran: the SFT+RL model is the SFT model
         for split in splits:
             figures[split]["rl"] = figures[split]["sft"]
         overfit["note"] = "no train task is resolved sometimes by the SFT model: RL did not run"
     for split in splits:
         report[split] = {name: _model_figures(f) for name, f in figures[split].items()}
-    report["rl_overfit"] = {"resolve_after": None, **overfit}
+    report["rl_overfit"] = overfit | rl_check_figures(chosen, before, after)
     report["minutes"] = run_folder.minutes()  # every invocation's, when a re-run continued it
     report["plots"] = learn_plots(report, out)
     (out / RESULT).write_text(json.dumps(report, indent=1) + "\n")
@@ -417,7 +347,7 @@ def sft_config(plan: LearnPlan, seed: int) -> SFTConfig:
     return SFTConfig(
         epochs=plan.sft_epochs,
         learning_rate=plan.learning_rate,
-        max_seq_len=2048,
+        max_seq_len=plan.sft_max_seq_len,
         max_steps_per_epoch=plan.sft_steps_per_epoch,
         max_sequences=plan.sft_sequences,
         activation_checkpointing=False,
@@ -573,6 +503,27 @@ def _model_figures(runs: dict) -> dict:
     rates = runs["rates"]
     extra = {"pass_at_k": runs["pass_at_k"]} if "pass_at_k" in runs else {}
     return {**rates, "resolve_rate": rates["resolved_rate"], **extra}
+
+
+def rl_check_figures(
+    chosen: list[Instance], before: list[Trajectory], after: list[Trajectory]
+) -> dict:
+    """The RL check per task (``tasks``: each one's before and after, each on its own fresh
+    samples, and its gain) and pooled over them (the mean of the tasks' rates): what is
+    claimed of RL is claimed task by task, so one task's jump cannot stand for all."""
+    tasks = []
+    for row in chosen:
+        mine = row.instance_id
+        figures = _sampled("before", [t for t in before if t.instance_id == mine])
+        figures |= _sampled("after", [t for t in after if t.instance_id == mine])
+        tasks.append({"instance_id": mine, **figures, "gain": _gain(figures)})
+    pooled = _sampled("before", before) | _sampled("after", after)
+    return {"tasks": tasks, **pooled, "gain": _gain(pooled)}
+
+
+def _gain(figures: dict) -> float | None:
+    before, after = figures.get("resolve_before"), figures.get("resolve_after")
+    return None if before is None or after is None else round(after - before, 3)
 
 
 def _sampled(when: str, runs: list[Trajectory]) -> dict:

@@ -1,4 +1,5 @@
-"""bench learn's plots: the dev split's rates per model, and the RL check before and after."""
+"""bench learn's plots: the dev split's rates per model, and the RL check before and after, per
+task and pooled."""
 
 from __future__ import annotations
 
@@ -26,21 +27,34 @@ def learn_plots(report: dict, out: Path) -> list[str]:
     left.set_ylim(0, 1)
     left.set_title(f"dev tasks ({report['heldout_tasks']}): {' vs '.join(models)}")
     left.legend()
-    overfit = report["rl_overfit"]
-    values = [overfit.get("resolve_before") or 0, overfit.get("resolve_after") or 0]
-    labels = [
-        f"{name}\n{overfit.get(f'resolved_{when}') or ''}"
-        for name, when in (("SFT", "before"), ("SFT+RL", "after"))
-    ]
-    right.bar(labels, values, color=["tab:orange", "tab:green"])
-    right.set_ylim(0, 1)
-    tasks = len(overfit["tasks"])
-    right.set_title(
-        f"RL check: resolve rate\n({tasks} task{'s' * (tasks != 1)}, "
-        f"{overfit['samples_per_task']} samples each)"
-    )
+    _rl_check(right, report["rl_overfit"])
     fig.tight_layout()
     path = out / "learn.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [str(path)]
+
+
+def _rl_check(axes, overfit: dict) -> None:
+    """Each RL task's resolve rate before and after, and their mean: a pooled gain carried by one
+    task shows as such."""
+    rows = [(t["instance_id"].split("__")[-1], t) for t in overfit["tasks"]]
+    if len(rows) > 1 or not rows:
+        rows.append(("pooled", overfit))
+    xs = range(len(rows))
+    for offset, when, color in ((-0.2, "before", "tab:orange"), (0.2, "after", "tab:green")):
+        values = [figures.get(f"resolve_{when}") or 0 for _, figures in rows]
+        label = "SFT (before)" if when == "before" else "SFT+RL (after)"
+        axes.bar([x + offset for x in xs], values, 0.4, color=color, label=label)
+    labels = [
+        f"{name}\n{f.get('resolved_before') or ''}\n{f.get('resolved_after') or ''}"
+        for name, f in rows
+    ]
+    axes.set_xticks(list(xs), labels, fontsize=7)
+    axes.set_ylim(0, 1)
+    axes.legend(fontsize=7)
+    tasks = len(overfit["tasks"])
+    axes.set_title(
+        f"RL check: resolve rate\n({tasks} task{'s' * (tasks != 1)}, "
+        f"{overfit['samples_per_task']} samples each side)"
+    )

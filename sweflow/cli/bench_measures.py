@@ -333,6 +333,12 @@ def print_learn_report(report: dict, out: Console) -> None:
             f"resolve rate {overfit['resolve_before']} -> {overfit['resolve_after']} "
             f"({_counts(overfit)}{overfit['samples_per_task']} samples each)"
         )
+        for task in overfit["tasks"]:
+            out.print(
+                f"  {task['instance_id']}: {task['resolve_before']} -> {task['resolve_after']} "
+                f"({_counts(task).removesuffix('; ')})",
+                highlight=False,
+            )
     out.print(f"{report['minutes']} minutes; runs, models and plots in {report['run_dir']}")
 
 

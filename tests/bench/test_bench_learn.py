@@ -11,7 +11,7 @@ from sweflow.bench import BenchError
 from sweflow.bench.learn import DEMO, LEARN, RESULT, heldout_repos
 from sweflow.bench.learn_tasks import across_operators, operator_of
 from sweflow.envcache.dataset import across_repos
-from sweflow.instances import load_instances
+from sweflow.instances import Instance, load_instances
 
 
 def test_the_learning_set_is_sampled_across_projects_and_its_held_out_ones_never_train() -> None:
@@ -74,6 +74,8 @@ def test_another_seed_is_another_sample_of_the_fine_tune_and_a_bad_one_is_refuse
     assert sft_config(full, 0).seed == 0 and sft_config(full, 3).seed == 3
     assert sft_config(full, 3).max_steps_per_epoch == full.sft_steps_per_epoch
     assert sft_config(full, 3).max_sequences == full.sft_sequences
+    windows = full.model_copy(update={"sft_max_seq_len": 8192})  # the agent's context
+    assert sft_config(windows, 0).max_seq_len == 8192 and sft_config(full, 0).max_seq_len == 2048
     refused = CliRunner().invoke(app, ["bench", "learn", "--json", "--seed", "-1"])
     assert refused.exit_code == 2 and "--seed" in refused.output
 
@@ -94,6 +96,11 @@ def test_a_plan_is_a_yaml_file_and_a_wrong_one_is_refused_naming_its_field(tmp_p
     plan.write_text(FULL.read_text().replace("sft_epochs: 3", "sft_epoch: 3"))
     with pytest.raises(ConfigError, match=r"plan\.yaml: sft_epochs: Field required; sft_epoch: "):
         load_plan(plan)
+    plan.write_text(FULL.read_text() + "teacher_edits: edit\n")
+    with pytest.raises(ConfigError, match=r"teacher_edits: Input should be 'str_replace' or"):
+        load_plan(plan)
+    plan.write_text(FULL.read_text() + "teacher_edits: replace_lines\nsft_max_seq_len: 8192\n")
+    assert load_plan(plan).teacher_edits == "replace_lines"
     plan.write_text(FULL.read_text().replace("rl_steps: 4", "rl_steps: 0"))
     for dry in ([], ["--dry-run"]):  # refused before its work starts: a dry run refuses it too
         refused = CliRunner().invoke(app, [*dry, "bench", "learn", "--json", "--plan", str(plan)])
@@ -215,42 +222,71 @@ def test_a_cut_short_run_is_continued_by_the_same_command(tmp_path, monkeypatch)
     assert len(list(runs.iterdir())) == 3 and len(said) == 2  # a finished run stays as it is
 
 
-def test_the_rl_check_reports_the_runs_behind_its_rates() -> None:
+def test_the_rl_check_reports_each_task_and_the_runs_behind_its_rates() -> None:
     """4 of 16 against 0 of 16 reads as +0.25; the counts go beside the rates, in the JSON and
-    in the line a person reads, so a draw that small is seen for what it is."""
+    in the lines a person reads, task by task and pooled (the mean of the tasks' rates), so a
+    draw that small, or one task carrying the others, is seen for what it is."""
     from rich.console import Console
 
     from sweflow.agent.trajectory import Trajectory
-    from sweflow.bench.learn import _sampled
+    from sweflow.bench.learn import _sampled, rl_check_figures
     from sweflow.cli.bench_measures import print_learn_report
 
-    def runs(resolved: int, of: int) -> list[Trajectory]:
+    def runs(task: str, resolved: int, of: int) -> list[Trajectory]:
         return [
-            Trajectory(instance_id="t", run=k, reward={"resolved": k < resolved}) for k in range(of)
+            Trajectory(instance_id=task, run=k, reward={"resolved": k < resolved})
+            for k in range(of)
         ]
 
-    before, after = _sampled("before", runs(0, 16)), _sampled("after", runs(4, 16))
-    assert before == {"resolve_before": 0.0, "resolved_before": "0 of 16"}
-    assert after == {"resolve_after": 0.25, "resolved_after": "4 of 16"}
+    assert _sampled("before", runs("t", 0, 16)) == {
+        "resolve_before": 0.0,
+        "resolved_before": "0 of 16",
+    }
     assert _sampled("before", []) == {"resolve_before": None}
+    tasks = [
+        Instance(instance_id=i, repo="a/b", base_commit="0" * 40)
+        for i in ("a__t-1", "b__u-2", "c__v-3")
+    ]
+    before = runs("a__t-1", 0, 16) + runs("b__u-2", 4, 16) + runs("c__v-3", 8, 16)
+    after = runs("a__t-1", 4, 16) + runs("b__u-2", 4, 16) + runs("c__v-3", 16, 16)
+    figures = rl_check_figures(tasks, before, after)
+    assert [(t["instance_id"], t["gain"]) for t in figures["tasks"]] == [
+        ("a__t-1", 0.25),
+        ("b__u-2", 0.0),
+        ("c__v-3", 0.5),
+    ]
+    assert figures["tasks"][2]["resolved_after"] == "16 of 16"
+    assert (figures["resolve_before"], figures["resolve_after"], figures["gain"]) == (
+        0.25,
+        0.5,
+        0.25,
+    )
+    assert figures["resolved_before"] == "12 of 48"
+    # no task qualified: nothing before or after, and no gain
+    assert rl_check_figures([], [], []) == {
+        "tasks": [],
+        "resolve_before": None,
+        "resolve_after": None,
+        "gain": None,
+    }
     report = {
         "heldout_tasks": 1,
         "heldout_repos": ["pypi/toolz"],
-        "train_tasks": 1,
-        "golden_kept": 1,
+        "train_tasks": 3,
+        "golden_kept": 3,
         "imitable_fraction": 1.0,
         "seed": 0,
         "minutes": 1.0,
         "run_dir": "runs/x",
         "sft": {"steps": 1, "loss_first": None, "loss_last": None},
         "dev": {},
-        "rl_overfit": {"steps": 6, "tasks": ["t"], "samples_per_task": 16, **before, **after},
+        "rl_overfit": {"steps": 6, "samples_per_task": 16, **figures},
     }
     console = Console(record=True, width=200)
     print_learn_report(report, console)
-    assert "resolve rate 0.0 -> 0.25 (0 of 16 -> 4 of 16 resolved; 16 samples each)" in (
-        console.export_text()
-    )
+    text = console.export_text()
+    assert "resolve rate 0.25 -> 0.5 (12 of 48 -> 24 of 48 resolved; 16 samples each)" in text
+    assert "c__v-3: 0.5 -> 1.0 (8 of 16 -> 16 of 16 resolved)" in text
 
 
 def test_a_stage_whose_runs_are_all_saved_serves_no_model(tmp_path: Path) -> None:
@@ -325,7 +361,7 @@ def test_a_run_with_other_rl_settings_starts_from_the_earlier_runs_first_stages(
 
 
 def test_the_fewshot_prompt_ends_with_the_shortest_golden_trajectory(tmp_path: Path) -> None:
-    from sweflow.bench.learn import DATA as BENCH_DATA
+    from sweflow.bench import DATA as BENCH_DATA
     from sweflow.bench.learn import _fewshot_agent, load_plan
 
     def record(reply: str, output: str) -> dict:
