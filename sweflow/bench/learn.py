@@ -31,6 +31,7 @@ stages' settings, steps and models, and the figures, JSON and plots at the end.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -165,15 +166,15 @@ def _measure(
     if tracking is not None:
         tracking.params("learn", settings)
 
-    progress(f"golden trajectories: the replay teacher on {len(train_rows)} train tasks")
-    gold = replay_collect(
-        train_rows,
+    teach = functools.partial(  # the replay teacher with the plan's limit and edits
+        replay_collect,
         store=store,
         specs=data.specs,
-        out_dir=out / "gold",
         max_steps=plan.max_steps,
         edits=plan.teacher_edits,
     )
+    progress(f"golden trajectories: the replay teacher on {len(train_rows)} train tasks")
+    gold = teach(train_rows, out_dir=out / "gold")
     report.update(
         golden_kept=gold.kept,
         golden_declined=len(gold.skipped),
@@ -195,14 +196,7 @@ def _measure(
     report["sft"] = _sft_figures(sft)
 
     progress(f"teacher-forced accuracy on the teacher's trajectories of {len(eval_rows)} dev tasks")
-    dev_gold = replay_collect(
-        eval_rows,
-        store=store,
-        specs=data.specs,
-        out_dir=out / "gold-dev",
-        max_steps=plan.max_steps,
-        edits=plan.teacher_edits,
-    )
+    dev_gold = teach(eval_rows, out_dir=out / "gold-dev")
     models = {"base": base, "sft": Path(sft.model)}
     saved = out / "teacher-forced" / "accuracy.json"
     report["teacher_forced"] = _teacher_forced(models, dev_gold, saved)

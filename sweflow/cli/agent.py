@@ -262,7 +262,11 @@ def collect_command(
     if teacher == "replay":  # a client per run replays its gold patch; rows it cannot, left out
         mode, steps = plan.agent.tool_mode, plan.agent.max_steps
         client_for, skipped = replay_clients(
-            rows, mode, dataset.specs, steps, teacher_edits  # type: ignore[arg-type]
+            rows,
+            mode,
+            dataset.specs,
+            steps,
+            teacher_edits,  # type: ignore[arg-type]
         )
         for why in skipped.values():
             console.print(f"[yellow]skipped (cannot replay):[/] {why}", highlight=False)

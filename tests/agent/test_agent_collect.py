@@ -256,11 +256,14 @@ def test_the_replay_teacher_declines_rows_no_clue_leads_through(
     assert (out / "sft.jsonl").read_text() == ""
 
 
-def test_collect_refuses_an_endpoint_teacher_without_its_endpoint(env_args) -> None:
+def test_collect_refuses_a_teacher_it_cannot_run(env_args) -> None:
     result = CliRunner().invoke(app, ["collect", *env_args, "--out", "x"])
     assert result.exit_code == 2 and "--model-url" in result.output
     result = CliRunner().invoke(app, ["collect", *env_args, "--teacher", "nope", "--out", "x"])
     assert result.exit_code == 2 and "choose endpoint or replay" in result.output
+    edits = ["--teacher", "replay", "--teacher-edits", "edit"]
+    result = CliRunner().invoke(app, ["collect", *env_args, *edits, "--out", "x"])
+    assert result.exit_code == 2 and "choose str_replace or replace_lines" in result.output
 
 
 HOOK = (

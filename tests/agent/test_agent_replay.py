@@ -23,9 +23,9 @@ from sweflow.agent.teacher.imitable import imitability
 from sweflow.agent.teacher.replay import (
     Check,
     ReplayModel,
+    line_edit,
     quiet,
     replay_check,
-    line_edit,
     replay_clients,
     smallest_edit,
 )
@@ -53,26 +53,28 @@ def git(repo: Path, *args: str) -> str:
     ).stdout
 
 
-@pytest.fixture
-def twin_layer(tmp_path: Path) -> tuple[Path, str]:
-    """A repository whose two functions share their body; the gold patch fixes the second."""
+def fixed_layer(tmp_path: Path, source: str, fixed: str) -> tuple[Path, str]:
+    """A layer whose repository holds calc.py as ``source`` (one commit), and the gold patch
+    that makes it ``fixed``."""
     layer = tmp_path / "layer"
     repo = layer / "testbed"
     repo.mkdir(parents=True)
-    source = f"def first(xs):\n{BLOCK}\n\ndef second(xs):\n{BLOCK}"
     (repo / "calc.py").write_text(source)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
-    fixed = (
-        source[: source.rindex("total += x")]
-        + "total += 2 * x"
-        + source[source.rindex("total += x") + len("total += x") :]
-    )
     (repo / "calc.py").write_text(fixed)
     patch = git(repo, "diff")
     git(repo, "checkout", "-q", "--", "calc.py")
     return layer, patch
+
+
+@pytest.fixture
+def twin_layer(tmp_path: Path) -> tuple[Path, str]:
+    """A repository whose two functions share their body; the gold patch fixes the second."""
+    source = f"def first(xs):\n{BLOCK}\n\ndef second(xs):\n{BLOCK}"
+    at = source.rindex("total += x")
+    return fixed_layer(tmp_path, source, source[:at] + "total += 2 * x" + source[at + 10 :])
 
 
 @pytest.mark.parametrize("mode", ["tools", "text"])
@@ -502,21 +504,12 @@ def test_line_edits_name_the_viewed_lines_and_go_bottom_up(scratch, tmp_path, mo
     """A two-hunk fix made with ``replace_lines``: each edit names lines as the views numbered
     them, the lower hunk first so that the upper one's numbers still hold; the patch is the
     gold patch and every step rests on what the run had seen."""
-    layer = tmp_path / "layer"
-    repo = layer / "testbed"
-    repo.mkdir(parents=True)
     body = "".join(f"    v{n} = {n}\n" for n in range(30))
     source = f"def first(xs):\n{body}    return sum(xs)\n\n\ndef second(xs):\n{body}    return xs\n"
-    (repo / "calc.py").write_text(source)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
     fixed = source.replace("    return sum(xs)\n", "    return sum(xs) + 1\n").replace(
         "    return xs\n", "    xs = sorted(xs)\n    return xs\n"
     )
-    (repo / "calc.py").write_text(fixed)
-    patch = git(repo, "diff")
-    git(repo, "checkout", "-q", "--", "calc.py")
+    layer, patch = fixed_layer(tmp_path, source, fixed)
     row = Instance(
         instance_id="demo__calc-2",
         repo="demo/calc",
