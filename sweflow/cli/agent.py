@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 import typer
 from rich.table import Table
@@ -247,27 +247,24 @@ def collect_command(
       sweflow collect -d data/demo/tasks.jsonl -s store --teacher replay --tool-mode text -o out
       sweflow collect -d tasks.jsonl -s store --model-url http://127.0.0.1:8000/v1 -m m -o out
     """
+    from sweflow.agent.config import TeacherEdits
     from sweflow.agent.runs.jobs import collect
     from sweflow.agent.teacher.replay import replay_clients
     from sweflow.grading import Grader
 
     if teacher not in ("endpoint", "replay"):
         raise CliError(f"--teacher {teacher!r}: choose endpoint or replay")
-    if teacher_edits not in ("str_replace", "replace_lines"):  # config.TeacherEdits
-        raise CliError(f"--teacher-edits {teacher_edits!r}: choose str_replace or replace_lines")
+    if teacher_edits not in get_args(TeacherEdits):
+        choices = " or ".join(get_args(TeacherEdits))
+        raise CliError(f"--teacher-edits {teacher_edits!r}: choose {choices}")
     model = agent.model_config() if teacher == "endpoint" else None  # checked before the build
     work = f"collect {rollouts} {teacher} run(s) a task"
     dataset, rows, plan, executor = agent.prepare(data, work)
     client_for = None
     if teacher == "replay":  # a client per run replays its gold patch; rows it cannot, left out
         mode, steps = plan.agent.tool_mode, plan.agent.max_steps
-        client_for, skipped = replay_clients(
-            rows,
-            mode,
-            dataset.specs,
-            steps,
-            teacher_edits,  # type: ignore[arg-type]
-        )
+        edits = cast(TeacherEdits, teacher_edits)  # checked above
+        client_for, skipped = replay_clients(rows, mode, dataset.specs, steps, edits)
         for why in skipped.values():
             console.print(f"[yellow]skipped (cannot replay):[/] {why}", highlight=False)
         rows = [row for row in rows if row.instance_id not in skipped]

@@ -269,8 +269,7 @@ def _replay_file(
         window = shown
         for before, after in done:
             window = window.replace(before, after, 1)
-        holder = source.enclosing(patched.path, _first_change(hunk))
-        where = f"`{holder.name}`" if holder else patched.path
+        where = _where(source, patched.path, _first_change(hunk))
         old, new = smallest_edit(hunk, text)
         edit = {"command": "str_replace", "path": path, "old_str": old, "new_str": new}
         thought = f"This code in {where} is what goes wrong; change it."
@@ -290,11 +289,16 @@ def _replace_lines(patched: PatchedFile, source: SourceMap, workdir: str) -> Rep
     path = f"{workdir.rstrip('/')}/{patched.path}"
     for hunk in reversed(list(patched)):
         first, last, new = line_edit(hunk)
-        holder = source.enclosing(patched.path, first)
-        where = f"`{holder.name}`" if holder else patched.path
+        where = _where(source, patched.path, first)
         edit = {"command": "replace_lines", "path": path, "line_range": [first, last]}
         thought = f"Lines {first}-{last} in {where} are what goes wrong; replace them."
         yield thought, Action(EDITOR, {**edit, "new_str": new})
+
+
+def _where(source: SourceMap, path: str, line: int) -> str:
+    """How an edit's thought names the place of ``line``: its definition, else its file."""
+    holder = source.enclosing(path, line)
+    return f"`{holder.name}`" if holder else path
 
 
 def line_edit(hunk: Hunk) -> tuple[int, int, str]:
