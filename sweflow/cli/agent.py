@@ -212,6 +212,24 @@ class AgentRunArgs:
 agent_run_options = option_group(AgentRunArgs)
 
 
+def _teacher_edits(value: str) -> str:
+    """``--teacher-edits``, checked before any work against the replay teacher's own choices."""
+    from sweflow.agent.config import TeacherEdits
+
+    if value not in get_args(TeacherEdits):
+        raise typer.BadParameter(f"{value!r}: choose {' or '.join(get_args(TeacherEdits))}")
+    return value
+
+
+TeacherEditsOption = typer.Option(
+    "str_replace",
+    "--teacher-edits",
+    help="The editor command the replay teacher's edits use: str_replace (the old text quoted) "
+    "or replace_lines (the old text named by the line numbers its views showed).",
+    callback=_teacher_edits,
+)
+
+
 @dataset_options
 @agent_run_options
 def collect_command(
@@ -228,12 +246,7 @@ def collect_command(
         "the clues a student has (the issue, tracebacks, searches) and made through the "
         "agent's tools (no model needed; a task no clue leads through is skipped).",
     ),
-    teacher_edits: str = typer.Option(
-        "str_replace",
-        "--teacher-edits",
-        help="replay: the editor command its edits use, str_replace (the old text quoted) or "
-        "replace_lines (the old text named by the line numbers its views showed).",
-    ),
+    teacher_edits: str = TeacherEditsOption,
     tamper_guard: bool = typer.Option(
         True,
         "--tamper-guard/--no-tamper-guard",
@@ -254,16 +267,13 @@ def collect_command(
 
     if teacher not in ("endpoint", "replay"):
         raise CliError(f"--teacher {teacher!r}: choose endpoint or replay")
-    if teacher_edits not in get_args(TeacherEdits):
-        choices = " or ".join(get_args(TeacherEdits))
-        raise CliError(f"--teacher-edits {teacher_edits!r}: choose {choices}")
     model = agent.model_config() if teacher == "endpoint" else None  # checked before the build
     work = f"collect {rollouts} {teacher} run(s) a task"
     dataset, rows, plan, executor = agent.prepare(data, work)
     client_for = None
     if teacher == "replay":  # a client per run replays its gold patch; rows it cannot, left out
         mode, steps = plan.agent.tool_mode, plan.agent.max_steps
-        edits = cast(TeacherEdits, teacher_edits)  # checked above
+        edits = cast(TeacherEdits, teacher_edits)  # checked by its option
         client_for, skipped = replay_clients(rows, mode, dataset.specs, steps, edits)
         for why in skipped.values():
             console.print(f"[yellow]skipped (cannot replay):[/] {why}", highlight=False)
@@ -355,6 +365,7 @@ def correct_command(
     ),
     out: Path = OutOption,
     backend: str = BackendOption,
+    teacher_edits: str = TeacherEditsOption,
 ) -> None:
     """The replay teacher's corrections of a student's own runs (DAgger), as SFT data.
 
@@ -362,11 +373,14 @@ def correct_command(
     state of each run before its first edit, the teacher says what it would do next from what that
     run has seen; where the student did otherwise, the conversation so far (its replies untrained,
     "weight": 0) plus the teacher's reply is one record of OUT/corrections.jsonl. Train the next
-    round on the golden trajectories and the corrections together.
+    round on the golden trajectories and the corrections together; give --teacher-edits the value
+    the golden runs were collected with, so that both teach one editor command.
 
     Examples:
       sweflow correct runs/infer -d data/demo/tasks.jsonl -s store -o runs/corrections
+      sweflow correct runs/infer -d data/demo/tasks.jsonl -s s -o out --teacher-edits replace_lines
     """
+    from sweflow.agent.config import TeacherEdits
     from sweflow.agent.runs.jobs import corrected_tasks, replay_corrections
     from sweflow.agent.trajectory import load_runs
 
@@ -381,7 +395,10 @@ def correct_command(
     kept = [r for r in student if r.instance_id in built]
     path = out / "corrections.jsonl"
     with console.status(f"the teacher labels {len(kept)} run(s)"):
-        count = replay_corrections(kept, rows, store=data.store, out=path, backend=backend)
+        edits = cast(TeacherEdits, teacher_edits)  # checked by its option
+        count = replay_corrections(
+            kept, rows, store=data.store, out=path, backend=backend, edits=edits
+        )
     table = Table(title="sweflow correct")
     for column in ("tasks", "runs", "corrections"):
         table.add_column(column, justify="right")

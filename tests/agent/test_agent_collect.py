@@ -262,7 +262,8 @@ def test_collect_refuses_a_teacher_it_cannot_run(env_args) -> None:
     result = CliRunner().invoke(app, ["collect", *env_args, "--teacher", "nope", "--out", "x"])
     assert result.exit_code == 2 and "choose endpoint or replay" in result.output
     edits = ["--teacher", "replay", "--teacher-edits", "edit"]
-    result = CliRunner().invoke(app, ["collect", *env_args, *edits, "--out", "x"])
+    wide = {"COLUMNS": "200"}  # the whole message on one line of the error box
+    result = CliRunner().invoke(app, ["collect", *env_args, *edits, "--out", "x"], env=wide)
     assert result.exit_code == 2 and "choose str_replace or replace_lines" in result.output
 
 

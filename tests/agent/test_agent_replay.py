@@ -17,6 +17,7 @@ import pytest
 from unidiff import PatchSet
 
 from sweflow.agent import AgentConfig, Batch, run_agent
+from sweflow.agent.config import TeacherEdits
 from sweflow.agent.runs.jobs import collect, replay_collect
 from sweflow.agent.teacher.clues import names_path
 from sweflow.agent.teacher.imitable import imitability
@@ -216,22 +217,26 @@ def calc_task(twin_layer) -> tuple[Path, Instance]:
     return layer, row
 
 
-def _corrections_of(run: Trajectory, layer: Path, row: Instance, workdir: str) -> list[dict]:
+def _corrections_of(
+    run: Trajectory, layer: Path, row: Instance, workdir: str, edits: TeacherEdits = "str_replace"
+) -> list[dict]:
     from sweflow.agent.teacher.corrections import corrections
     from sweflow.agent.teacher.source_map import SourceMap
 
     source = SourceMap({"calc.py": (layer / "testbed" / "calc.py").read_text()})
-    return corrections(run, row, source, workdir)
+    return corrections(run, row, source, workdir, edits)
 
 
+@pytest.mark.parametrize("edits", ["str_replace", "replace_lines"])
 def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
-    scratch, calc_task
+    scratch, calc_task, edits: TeacherEdits
 ) -> None:
     """DAgger: a (scripted) student's run, labelled by the teacher. Where the student did what
     the teacher would (its first search), nothing is kept; where it did not, the conversation
     so far with the student's replies untrained, plus the teacher's reply from that state, is
     an SFT record: the search it should have made, then (once the student's own view showed
-    the place) the edit; after the student's own edit, nothing more."""
+    the place) the edit, made with the editor command the golden runs use; after the student's
+    own edit, nothing more."""
     layer, row = calc_task
     student = [
         r"grep -rnE '(def|class) totals\b' --include='*.py' .",  # as the teacher would
@@ -248,12 +253,15 @@ def test_the_teacher_corrects_the_students_own_states_until_its_first_edit(
         "str_",
         "subm",
     ]
-    records = _corrections_of(run, layer, row, wd)
+    records = _corrections_of(run, layer, row, wd, edits)
     replies = [r["messages"][-1]["content"] for r in records]
     assert len(records) == 3, replies
     assert all("grep -rnE '(def|class) second\\b'" in reply for reply in replies[:2])
-    assert f"str_replace_editor str_replace {wd}/calc.py" in replies[2]
+    assert f"str_replace_editor {edits} {wd}/calc.py" in replies[2]
     assert "total += 2 * x" in replies[2]
+    if edits == "replace_lines":  # the gold hunk's changed line, as the student's view numbered it
+        first, last, _ = line_edit(PatchSet(row.patch)[0][0])
+        assert f"--line_range '[{first}, {last}]'" in replies[2] and first == last
     for record in records:
         context = record["messages"][:-1]
         assert record["source"] == "correction" and context[0] == run.messages[0]
@@ -581,6 +589,27 @@ def test_sweflow_correct_writes_the_corrections_of_a_runs_folder(
     result = CliRunner().invoke(app, [*argv[:-1], str(tmp_path / "again")], env={"COLUMNS": "300"})
     assert result.exit_code == 2 and "run-1.json: not a saved agent run" in result.output
     assert not (tmp_path / "again").exists()
+
+
+def test_sweflow_correct_refuses_an_unknown_editor_command_before_any_work(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from sweflow.cli import app
+
+    out = tmp_path / "out"
+    argv = [
+        "correct",
+        str(tmp_path),
+        "-d",
+        str(DEMO),
+        "-s",
+        str(tmp_path / "store"),
+        "-o",
+        str(out),
+    ]
+    result = CliRunner().invoke(app, [*argv, "--teacher-edits", "edit"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "choose str_replace or replace_lines" in result.output
+    assert not out.exists() and not (tmp_path / "store").exists()
 
 
 def test_corrections_of_runs_on_built_tasks_read_each_tasks_source(demo_replays, tmp_path):

@@ -170,10 +170,11 @@ def replay_corrections(
     store: Path,
     out: Path,
     backend: str = "local",
+    edits: TeacherEdits = "str_replace",
 ) -> int:
     """The replay teacher's corrections of the student's ``runs`` on ``rows``
-    (sweflow.agent.teacher.corrections), written to ``out`` as SFT records (JSONL); how many. Each
-    task's source is read from one sandbox of its environment."""
+    (sweflow.agent.teacher.corrections, its edits made with ``edits``), written to ``out`` as SFT
+    records (JSONL); how many. Each task's source is read from one sandbox of its environment."""
     from sweflow.agent.runs.export import write_records
     from sweflow.agent.teacher.corrections import corrections
     from sweflow.agent.teacher.source_map import SourceMap, read_sources
@@ -187,7 +188,7 @@ def replay_corrections(
         with open_sandbox(spec, backend) as sandbox:
             source = SourceMap(asyncio.run(read_sources(sandbox, spec.workdir)))
         for run in (r for r in runs if r.instance_id == row.instance_id):
-            records.extend(corrections(run, row, source, spec.workdir))
+            records.extend(corrections(run, row, source, spec.workdir, edits))
     write_records(out, records)
     return len(records)
 

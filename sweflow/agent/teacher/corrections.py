@@ -23,6 +23,7 @@ import shlex
 from typing import Any
 
 from sweflow.agent.actions import Action, same_actions
+from sweflow.agent.config import TeacherEdits
 from sweflow.agent.editor import view_span
 from sweflow.agent.teacher.clues import grep_operands, repo_relative, reproduction
 from sweflow.agent.teacher.imitable import HEREDOC
@@ -40,16 +41,21 @@ GIT_READS = {"status", "diff", "log", "show", "grep"}
 
 
 def corrections(
-    run: Trajectory, instance: Instance, source: SourceMap, workdir: str
+    run: Trajectory,
+    instance: Instance,
+    source: SourceMap,
+    workdir: str,
+    edits: TeacherEdits = "str_replace",
 ) -> list[dict[str, Any]]:
-    """SFT records of the teacher's corrections along ``run`` (the student's), in step order."""
+    """SFT records of the teacher's corrections along ``run`` (the student's), in step order;
+    an edit it teaches is made with ``edits``, the editor command the golden runs used."""
     known = Knowledge(instance.problem_statement, workdir)
     router = Router(source, workdir)
     replies = [i for i, m in enumerate(run.messages) if m.get("role") == "assistant"]
     records, reproduced = [], reproduction(instance.problem_statement) is None
     taken: list[list[ActionRecord]] = []  # the student's actions, step by step
     for step, at in zip(run.steps, replies, strict=False):
-        label = next_step(instance, known, router, source, workdir, reproduced)
+        label = next_step(instance, known, router, source, workdir, reproduced, edits)
         if label is None:
             break
         thought, action = label

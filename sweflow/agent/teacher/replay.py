@@ -188,11 +188,12 @@ def next_step(
     source: SourceMap,
     workdir: str,
     reproduced: bool,
+    edits: TeacherEdits = "str_replace",
 ) -> tuple[str, Action] | None:
     """What the teacher does next from a state before any edit that ``known`` describes (a
     student's, sweflow.agent.teacher.corrections): run the issue's reproduction if that was not
-    done, move towards the first hunk not fully seen, else make the first edit; None where it
-    sees no way on (it would decline here)."""
+    done, move towards the first hunk not fully seen, else make the first edit (with ``edits``,
+    as its own replay would); None where it sees no way on (it would decline here)."""
     script = reproduction(instance.problem_statement)
     if script is not None and not reproduced:
         return REPRODUCE, run_script(script)
@@ -201,8 +202,11 @@ def next_step(
         if known.shown(target) is None:
             move = router.next_move(known, target)
             return None if move is None else (move.thought, move.action)
+    first = files[0]
     try:
-        return next(_replay_file(files[0], known, source, workdir))
+        if edits == "replace_lines" and not _whole_file_change(first):
+            return next(_replace_lines(first, source, workdir))
+        return next(_replay_file(first, known, source, workdir))
     except Declined:
         return None
 
