@@ -3,6 +3,7 @@ task and pooled."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from sweflow.agent.runs.scores import FUNNEL
@@ -37,7 +38,13 @@ def learn_plots(report: dict, out: Path) -> list[str]:
 
 def _rl_check(axes, overfit: dict) -> None:
     """Each RL task's resolve rate before and after, and their mean: a pooled gain carried by one
-    task shows as such."""
+    task shows as such. Where RL did not run, the reason instead of empty bars."""
+    if "note" in overfit:
+        why = textwrap.fill(overfit["note"], 30)
+        axes.text(0.5, 0.5, why, ha="center", va="center", transform=axes.transAxes)
+        axes.set_axis_off()
+        axes.set_title("RL check")
+        return
     rows = [(t["instance_id"].split("__")[-1], t) for t in overfit["tasks"]]
     if len(rows) > 1 or not rows:
         rows.append(("pooled", overfit))

@@ -398,3 +398,26 @@ def test_without_vllm_it_stops_before_any_work(tmp_path, monkeypatch) -> None:
     with pytest.raises(BenchError, match="vLLM is not installed for .*setup-serve.sh"):
         run(quick=True, dataset=DEMO, progress=lambda *a: None)
     assert not (tmp_path / "cache" / "bench" / "learn" / "store").exists()
+
+
+def test_the_rl_check_plot_says_why_rl_did_not_run_and_draws_each_task_when_it_did() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sweflow.bench.learn_plots import _rl_check
+
+    note = "no train task is resolved sometimes by the SFT model: RL did not run"
+    idle = {"steps": 2, "samples_per_task": 8, "note": note, "tasks": []}
+    fig, (empty, trained) = plt.subplots(1, 2)
+    _rl_check(empty, idle)
+    assert not empty.patches and " ".join(empty.texts[0].get_text().split()) == note
+    tasks = [
+        {"instance_id": f"p__t-{i}", "resolve_before": 0.25, "resolve_after": 0.5} for i in range(3)
+    ]
+    ran = {"samples_per_task": 8, "tasks": tasks, "resolve_before": 0.25, "resolve_after": 0.5}
+    _rl_check(trained, ran)
+    assert len(trained.patches) == 2 * 4  # before and after, for 3 tasks and the pool
+    assert "3 tasks" in trained.get_title()
+    plt.close(fig)
