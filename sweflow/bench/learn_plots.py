@@ -46,7 +46,7 @@ def _rl_check(axes, overfit: dict) -> None:
         axes.set_title("RL check")
         return
     rows = [(t["instance_id"].split("__")[-1], t) for t in overfit["tasks"]]
-    if len(rows) > 1 or not rows:
+    if len(rows) > 1:
         rows.append(("pooled", overfit))
     xs = range(len(rows))
     for offset, when, color in ((-0.2, "before", "tab:orange"), (0.2, "after", "tab:green")):

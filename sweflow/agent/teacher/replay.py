@@ -171,10 +171,7 @@ def replay_plan(
                     raise Declined(_unreachable(target, source))
                 known.learn(move, (yield move.thought, move.action))
     for patched in files:
-        if edits == "replace_lines" and not _whole_file_change(patched):
-            yield from _replace_lines(patched, source, workdir)
-        else:
-            yield from _replay_file(patched, known, source, workdir)
+        yield from _edit_file(patched, known, source, workdir, edits)
     if script is not None:
         yield "Run the reproduction again to check the fix.", run_script(script)
     yield "Run the tests to check that nothing else broke.", _bash(check.line(known.text, workdir))
@@ -202,11 +199,8 @@ def next_step(
         if known.shown(target) is None:
             move = router.next_move(known, target)
             return None if move is None else (move.thought, move.action)
-    first = files[0]
     try:
-        if edits == "replace_lines" and not _whole_file_change(first):
-            return next(_replace_lines(first, source, workdir))
-        return next(_replay_file(first, known, source, workdir))
+        return next(_edit_file(files[0], known, source, workdir, edits))
     except Declined:
         return None
 
@@ -246,6 +240,16 @@ def run_script(script: str) -> Action:
     while re.search(rf"^{end}$", script, re.MULTILINE):
         end += "_"
     return _bash(f"python - <<'{end}'\n{script.rstrip()}\n{end}")
+
+
+def _edit_file(
+    patched: PatchedFile, known: Knowledge, source: SourceMap, workdir: str, edits: TeacherEdits
+) -> ReplayScript:
+    """The file's edits with ``edits``: line edits of its hunks, else ``str_replace`` (and a whole
+    file added, removed, renamed or binary the one way each can be)."""
+    if edits == "replace_lines" and not _whole_file_change(patched):
+        return _replace_lines(patched, source, workdir)
+    return _replay_file(patched, known, source, workdir)
 
 
 def _replay_file(
