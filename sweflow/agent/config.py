@@ -71,6 +71,12 @@ class AgentConfig(AgentLimits):
         description="a reply that repeats the previous reply's actions is not run again: "
         "the model is told its output would not change (small models loop on one action)",
     )
+    hide_durations: bool = Field(
+        False,
+        description="cut test runners' durations (pytest's `in 0.61s`) from bash output, so "
+        "that two runs of one policy read the same text: golden trajectories, and the SFT "
+        "data made from them, repeat byte for byte",
+    )
 
 
 # -- teachers: who plays the model when golden trajectories are collected -------------------------

@@ -219,6 +219,7 @@ class AgentRun:
                 workdir=self.workdir,
                 timeout_s=max(1.0, min(self.config.command_timeout_s, self.remaining_s())),
                 max_chars=self.config.max_observation_chars,
+                hide_durations=self.config.hide_durations,
             )
             record.observation = await tool.run(action.args, context)
             record.exec_s = time.perf_counter() - began

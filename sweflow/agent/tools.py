@@ -9,6 +9,7 @@ tool whose ``run`` is None ends the run: its changes to the repository are the s
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ class ToolContext:
     workdir: str
     timeout_s: float  # of one command
     max_chars: int  # of one observation (see truncate())
+    hide_durations: bool = False  # see without_durations()
 
 
 ToolRun = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
@@ -125,17 +127,40 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[:half]}\n\n[... {cut} characters cut; narrow the command ...]\n\n{text[-half:]}"
 
 
+_COUNT = r"\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected|rerun)"
+_PYTEST_SUMMARY = re.compile(
+    rf"^(?P<rule>=+ )?(?P<counts>{_COUNT}(?:, {_COUNT})*|no tests ran)"
+    r" in [\d.]+(?:s| seconds)(?: \(\d+:\d\d:\d\d\))?(?(rule) =+)$",
+    re.MULTILINE,
+)
+_UNITTEST_SUMMARY = re.compile(r"^Ran (\d+ tests?) in [\d.]+s$", re.MULTILINE)
+
+
+def without_durations(output: str) -> str:
+    """``output`` with its test runners' durations cut: pytest's ``3 passed in 0.61s`` reads
+    ``3 passed`` (its ``===`` rule, whose width followed the duration's, a fixed one) and
+    unittest's ``Ran 3 tests in 0.001s`` ``Ran 3 tests``. They are the only text that differs
+    between two runs of one replay, so without them golden trajectories repeat byte for byte."""
+
+    def pytest_line(match: re.Match[str]) -> str:
+        counts = match["counts"]
+        return f"=== {counts} ===" if match["rule"] else counts
+
+    return _UNITTEST_SUMMARY.sub(r"Ran \1", _PYTEST_SUMMARY.sub(pytest_line, output))
+
+
 async def _run_bash(args: dict[str, Any], ctx: ToolContext) -> str:
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
         return "bash needs a non-empty `command`."
     result = await ctx.sandbox.aexec(command, timeout=ctx.timeout_s)
+    output = without_durations(result.output) if ctx.hide_durations else result.output
     note = ""
     if result.timed_out:
         note = f"\n[the command ran past {ctx.timeout_s:.0f} s and was killed]"
     elif result.exit_code:
         note = f"\n[exit code {result.exit_code}]"
-    return truncate(result.output, ctx.max_chars) + note
+    return truncate(output, ctx.max_chars) + note
 
 
 async def _run_editor(args: dict[str, Any], ctx: ToolContext) -> str:

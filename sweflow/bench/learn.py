@@ -172,6 +172,7 @@ def _measure(
         specs=data.specs,
         max_steps=plan.max_steps,
         edits=plan.teacher_edits,
+        hide_durations=True,  # as _agent's: so that a seed's SFT data repeat
     )
     progress(f"golden trajectories: the replay teacher on {len(train_rows)} train tasks")
     gold = teach(train_rows, out_dir=out / "gold")
@@ -440,8 +441,14 @@ def _rl_config(plan: LearnPlan, tasks: int) -> RLConfig:
 
 
 def _agent(plan: LearnPlan, repeat_guard: bool = True) -> AgentConfig:
+    """Every model's agent, and the teacher's options: durations are cut, so that the golden
+    trajectories (and so the SFT model) of a seed repeat, and the models read what it read."""
     return AgentConfig(
-        tool_mode="text", max_steps=plan.max_steps, max_wall_s=900, repeat_guard=repeat_guard
+        tool_mode="text",
+        max_steps=plan.max_steps,
+        max_wall_s=900,
+        repeat_guard=repeat_guard,
+        hide_durations=True,
     )
 
 

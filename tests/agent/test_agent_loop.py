@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -306,6 +308,32 @@ def test_a_repeated_reply_is_not_run_again_and_the_model_is_told(endpoint, scrat
     assert sum(m["content"] == REPEATED for m in guarded.messages if m["role"] == "user") == 2
     unguarded = run(url, scratch(git_layer), mode="text", repeat_guard=False)
     assert unguarded.patch.count("+again") == 3
+
+
+SUITE = """import unittest
+def test_a(): pass
+def test_b(): assert 0
+class T(unittest.TestCase):
+    def test_u(self): pass
+"""
+
+
+def test_durations_are_cut_from_test_runs_when_asked(endpoint, scratch, git_layer):
+    """pytest's and unittest's durations, the text two runs of one replay differ by, are cut
+    from the observation with ``hide_durations``; the counts stay."""
+    runners = (
+        f"{sys.executable} -m pytest -p no:cacheprovider -q test_suite.py; "
+        f"{sys.executable} -m pytest -p no:cacheprovider test_suite.py; "
+        f"{sys.executable} -m unittest test_suite"
+    )
+    command = f"printf %s {shlex.quote(SUITE)} > test_suite.py && {runners}"
+    url, _ = endpoint(turns=[call("bash", command=command), call("submit")])
+    kept = run(url, scratch(git_layer)).steps[0].actions[0].observation
+    cut = run(url, scratch(git_layer), hide_durations=True).steps[0].actions[0].observation
+    assert len(re.findall(r" in \d+\.\d+s\b", kept)) == 3, kept
+    assert not re.search(r" in \d+\.\d+s\b", cut), cut
+    assert "\n1 failed, 2 passed\n" in cut and "\n=== 1 failed, 2 passed ===\n" in cut, cut
+    assert "\nRan 1 test\n" in cut and "FAILED test_suite.py::test_b" in cut
 
 
 def test_command_and_wall_time_limits(endpoint, scratch, git_layer):

@@ -480,6 +480,31 @@ def test_every_demo_replay_is_imitable_and_resolves(grading_dataset, tmp_path, m
     )
 
 
+@pytest.mark.slow(minutes=3)
+def test_two_replays_without_durations_write_the_same_sft_data(grading_dataset, tmp_path):
+    """The golden trajectories of a seed repeat: two replays of the same tasks differ only by
+    the test runs' durations (``3 passed in 0.61s``), which ``hide_durations`` cuts."""
+    data, store = grading_dataset(DEMO, sample=8)
+    rows = data.sample(8)
+
+    def sft_text(name: str, hide_durations: bool) -> str:
+        summary = replay_collect(
+            rows,
+            store=store,
+            specs=data.specs,
+            out_dir=tmp_path / name,
+            tool_mode="text",
+            edits="replace_lines",
+            hide_durations=hide_durations,
+        )
+        assert summary.kept >= 5, summary
+        return Path(summary.outputs["openai"]).read_text()
+
+    first, second = sft_text("first", True), sft_text("second", True)
+    assert first == second
+    assert " passed in " in sft_text("kept", False) and " passed in " not in first
+
+
 def test_an_edit_is_the_changed_lines_widened_only_until_unique() -> None:
     source = "def f(x):\n    y = 1\n    y = 1\n    if x:\n        return y\n    return 0\n"
     fixed = source.replace("    if x:", "    if not x:")

@@ -135,19 +135,22 @@ def replay_collect(
     max_open_sandboxes: int = 4,
     max_steps: int | None = None,
     edits: TeacherEdits = "str_replace",
+    hide_durations: bool = False,
 ) -> JobSummary:
     """``collect`` with the replay teacher on built rows: each gold patch reached and made
     through the agent's tools (its edits with the editor command ``edits``) and graded (golden
     trajectories without a model). Rows whose gold
     patch cannot be read raise, naming them; rows the teacher declines (no clue leads to a place
     the patch changes, or a route longer than ``max_steps``, the student's limit; None: the
-    agent's default) are in the summary's ``skipped``, with why."""
+    agent's default) are in the summary's ``skipped``, with why. ``hide_durations``: the
+    agent's option of that name, which a student evaluated with it should be taught with."""
     from sweflow.agent.config import AgentConfig
     from sweflow.agent.runs.plan import RunPlan, run_plan
     from sweflow.agent.teacher.replay import ReplayError, replay_clients
     from sweflow.grading import Grader
 
-    agent = AgentConfig(tool_mode=tool_mode, **({"max_steps": max_steps} if max_steps else {}))
+    limit = {"max_steps": max_steps} if max_steps else {}
+    agent = AgentConfig(tool_mode=tool_mode, hide_durations=hide_durations, **limit)
     client_for, skipped = replay_clients(rows, tool_mode, specs, agent.max_steps, edits)
     if skipped:
         raise ReplayError("; ".join(skipped.values()))
