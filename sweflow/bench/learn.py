@@ -441,8 +441,8 @@ def _rl_config(plan: LearnPlan, tasks: int) -> RLConfig:
 
 
 def _agent(plan: LearnPlan, repeat_guard: bool = True) -> AgentConfig:
-    """Every model's agent, and the teacher's options: durations are cut, so that the golden
-    trajectories (and so the SFT model) of a seed repeat, and the models read what it read."""
+    """Every model's agent. It cuts durations, as the teacher does (``teach``): a seed's golden
+    trajectories, and so its SFT model, repeat, and the models read what the teacher read."""
     return AgentConfig(
         tool_mode="text",
         max_steps=plan.max_steps,
