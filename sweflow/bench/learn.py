@@ -91,7 +91,7 @@ def run(
     dataset = dataset or (LEARN if LEARN.is_file() else DEMO)
     root = bench_root("learn")
     named = "sweflow/data/demo/tasks.jsonl" if dataset == DEMO else str(dataset)  # not the site
-    settings = {"dataset": named, "plan": plan.model_dump(), "seed": seed}
+    settings = {"dataset": named, "plan": plan.model_dump(mode="json"), "seed": seed}
     run_folder = open_run_folder(root / "runs", settings, RESULT, BEFORE_RL, _before_rl)
     out = run_folder.path
     if run_folder.resumed:

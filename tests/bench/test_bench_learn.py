@@ -222,6 +222,24 @@ def test_a_cut_short_run_is_continued_by_the_same_command(tmp_path, monkeypatch)
     assert len(list(runs.iterdir())) == 3 and len(said) == 2  # a finished run stays as it is
 
 
+def test_the_full_plans_settings_with_its_test_split_are_saved_as_json(tmp_path, monkeypatch):
+    """The full plan names a test split (a path): its run folder's settings hold it as text (a
+    run of the full plan failed on it before any work: a path is no JSON)."""
+    from sweflow.bench.learn import FULL, load_plan, run
+
+    monkeypatch.setenv("SWEFLOW_CACHE", str(tmp_path / "cache"))
+    dataset = tmp_path / "tasks.jsonl"  # held-out tasks only: the run stops before any work
+    lines = DEMO.read_text().splitlines(keepends=True)
+    dataset.write_text("".join(line for line in lines if '"repo": "pypi/toolz"' in line))
+    plan = load_plan(FULL)
+    assert plan.test_dataset is not None
+    with pytest.raises(BenchError, match="no train or no held-out task"):
+        run(plan=plan, progress=lambda *a: None, dataset=dataset)
+    (folder,) = (tmp_path / "cache" / "bench" / "learn" / "runs").iterdir()
+    saved = json.loads((folder / "settings.json").read_text())["plan"]
+    assert saved["test_dataset"] == str(plan.test_dataset)
+
+
 def test_the_rl_check_reports_each_task_and_the_runs_behind_its_rates() -> None:
     """4 of 16 against 0 of 16 reads as +0.25; the counts go beside the rates, in the JSON and
     in the lines a person reads, task by task and pooled (the mean of the tasks' rates), so a
