@@ -170,9 +170,8 @@ def _measure(
         replay_collect,
         store=store,
         specs=data.specs,
-        max_steps=plan.max_steps,
+        agent=_agent(plan),  # the student's: its step limit, durations cut (a seed repeats)
         edits=plan.teacher_edits,
-        hide_durations=True,  # as _agent's: so that a seed's SFT data repeat
     )
     progress(f"golden trajectories: the replay teacher on {len(train_rows)} train tasks")
     gold = teach(train_rows, out_dir=out / "gold")
@@ -441,7 +440,7 @@ def _rl_config(plan: LearnPlan, tasks: int) -> RLConfig:
 
 
 def _agent(plan: LearnPlan, repeat_guard: bool = True) -> AgentConfig:
-    """Every model's agent. It cuts durations, as the teacher does (``teach``): a seed's golden
+    """Every model's agent, and the teacher's (``teach``): it cuts durations, so a seed's golden
     trajectories, and so its SFT model, repeat, and the models read what the teacher read."""
     return AgentConfig(
         tool_mode="text",

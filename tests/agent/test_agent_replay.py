@@ -450,7 +450,7 @@ def test_every_demo_replay_is_imitable_and_resolves(grading_dataset, tmp_path, m
         store=store,
         specs=data.specs,
         out_dir=tmp_path,
-        tool_mode=mode,
+        agent=AgentConfig(tool_mode=mode),
         edits=edits,
     )
     assert summary.runs == len(rows) == summary.kept + len(summary.skipped)
@@ -493,9 +493,8 @@ def test_two_replays_without_durations_write_the_same_sft_data(grading_dataset, 
             store=store,
             specs=data.specs,
             out_dir=tmp_path / name,
-            tool_mode="text",
+            agent=AgentConfig(tool_mode="text", hide_durations=hide_durations),
             edits="replace_lines",
-            hide_durations=hide_durations,
         )
         assert summary.kept >= 5, summary
         return Path(summary.outputs["openai"]).read_text()

@@ -54,10 +54,12 @@ def test_without_a_split_the_demo_holds_out_toolz(tmp_path: Path) -> None:
 def test_the_teacher_declines_routes_longer_than_the_students_step_limit(demo_replays, tmp_path):
     """The bench's teacher keeps only routes the student can finish in its own step limit (a
     route cut by the limit would teach running out of steps)."""
+    from sweflow.agent.config import AgentConfig
     from sweflow.agent.runs.jobs import replay_collect
 
     data, store = demo_replays.data, demo_replays.store
-    short = replay_collect(data.rows, store=store, specs=data.specs, out_dir=tmp_path, max_steps=3)
+    agent = AgentConfig(tool_mode="text", max_steps=3)
+    short = replay_collect(data.rows, store=store, specs=data.specs, out_dir=tmp_path, agent=agent)
     assert short.kept == 0 and set(short.skipped) == {r.instance_id for r in data.rows}
     assert all("more than the agent's 3 steps" in why for why in short.skipped.values())
 

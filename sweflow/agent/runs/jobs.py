@@ -13,13 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweflow.agent.config import TeacherEdits, ToolMode
+from sweflow.agent.config import TeacherEdits
 from sweflow.agent.runs.export import write_predictions, write_sft
 from sweflow.agent.trajectory import DECLINED, Trajectory
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 
 if TYPE_CHECKING:
+    from sweflow.agent.config import AgentConfig
     from sweflow.agent.runs.batch import Batch
     from sweflow.agent.runs.executor_batch import ExecutorBatch
     from sweflow.agent.runs.tts import Selection
@@ -130,28 +131,25 @@ def replay_collect(
     store: Path,
     specs: SpecTable,
     out_dir: Path,
-    tool_mode: ToolMode = "text",
+    agent: AgentConfig | None = None,
     backend: str = "local",
     max_open_sandboxes: int = 4,
-    max_steps: int | None = None,
     edits: TeacherEdits = "str_replace",
-    hide_durations: bool = False,
 ) -> JobSummary:
     """``collect`` with the replay teacher on built rows: each gold patch reached and made
     through the agent's tools (its edits with the editor command ``edits``) and graded (golden
-    trajectories without a model). Rows whose gold
-    patch cannot be read raise, naming them; rows the teacher declines (no clue leads to a place
-    the patch changes, or a route longer than ``max_steps``, the student's limit; None: the
-    agent's default) are in the summary's ``skipped``, with why. ``hide_durations``: the
-    agent's option of that name, which a student evaluated with it should be taught with."""
+    trajectories without a model). ``agent``: the student's settings (default: the agent's
+    defaults, in text mode), which the teacher plays by: its tool mode, its options (such as
+    ``hide_durations``) and its step limit. Rows whose gold patch cannot be read raise, naming
+    them; rows the teacher declines (no clue leads to a place the patch changes, or a route
+    longer than the student's step limit) are in the summary's ``skipped``, with why."""
     from sweflow.agent.config import AgentConfig
     from sweflow.agent.runs.plan import RunPlan, run_plan
     from sweflow.agent.teacher.replay import ReplayError, replay_clients
     from sweflow.grading import Grader
 
-    limit = {"max_steps": max_steps} if max_steps else {}
-    agent = AgentConfig(tool_mode=tool_mode, hide_durations=hide_durations, **limit)
-    client_for, skipped = replay_clients(rows, tool_mode, specs, agent.max_steps, edits)
+    agent = agent or AgentConfig(tool_mode="text")
+    client_for, skipped = replay_clients(rows, agent.tool_mode, specs, agent.max_steps, edits)
     if skipped:
         raise ReplayError("; ".join(skipped.values()))
     plan = RunPlan(
