@@ -32,7 +32,9 @@ stages' settings, steps and models, and the figures, JSON and plots at the end.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import statistics
 from pathlib import Path
 
 from sweflow.agent.config import AgentConfig
@@ -193,7 +195,7 @@ def _measure(
         sft_config(plan, settings["seed"]),
         tracking=tracking,
     )
-    report["sft"] = _sft_figures(sft)
+    report["sft"] = _sft_figures(sft, plan.sft_epochs)
 
     progress(f"teacher-forced accuracy on the teacher's trajectories of {len(eval_rows)} dev tasks")
     dev_gold = teach(eval_rows, out_dir=out / "gold-dev")
@@ -366,13 +368,25 @@ def _teacher_forced(models: dict[str, Path], gold: JobSummary, saved: Path) -> d
     return figures
 
 
-def _sft_figures(sft: SFTResult) -> dict:
+def _sft_figures(sft: SFTResult, epochs: int) -> dict:
+    """SFT's steps and losses: the first and last step's (one window each: noisy), and each
+    epoch's mean (every epoch trains the same windows, so the means compare)."""
     return {
         "steps": sft.steps,
         "loss_first": sft.losses[0] if sft.losses else None,
         "loss_last": sft.final_loss,
+        "loss_epochs": epoch_means(sft.losses, epochs),
         "loss_plot": sft.loss_plot,
     }
+
+
+def epoch_means(losses: list[float], epochs: int) -> list[float]:
+    """The mean of each of ``epochs`` consecutive equal shares of ``losses`` (none when there
+    are fewer losses than epochs)."""
+    if len(losses) < epochs:
+        return []
+    ends = [round(i * len(losses) / epochs) for i in range(epochs + 1)]
+    return [round(statistics.fmean(losses[a:b]), 4) for a, b in itertools.pairwise(ends)]
 
 
 def _rl_tasks(

@@ -309,6 +309,8 @@ def print_learn_report(report: dict, out: Console) -> None:
         if sft["loss_first"] is not None
         else "-"
     )
+    if means := sft.get("loss_epochs"):
+        loss += ", each epoch's mean " + " -> ".join(f"{m:.3f}" for m in means)
     out.print(
         f"golden trajectories: {report['golden_kept']} kept of {report['train_tasks']} "
         f"train tasks, imitable fraction {report['imitable_fraction']:.3f}"

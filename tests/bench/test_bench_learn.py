@@ -128,7 +128,7 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
         "seed": 1,
         "minutes": 3.5,
         "run_dir": "runs/x",
-        "sft": {"steps": 7, "loss_first": 1.5, "loss_last": 0.25},
+        "sft": {"steps": 6, "loss_first": 1.5, "loss_last": 0.25, "loss_epochs": [1.0, 0.375]},
         "dev": {
             "base": rates([RunScore(replies=3)] * 2).as_dict(),
             "sft": rates(sft).as_dict(),
@@ -154,13 +154,23 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
     assert all(name.replace("_", " ") in text for name in FUNNEL)
     sft_row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("sft"))
     assert "50% of 6 replies" in sft_row and sft_row.count("1 (0.50)") == 2  # right file, edited
-    assert "loss 1.500 -> 0.250" in text and "seed 1" in text and "no train task" in text
+    assert "loss 1.500 -> 0.250, each epoch's mean 1.000 -> 0.375" in text
+    assert "seed 1" in text and "no train task" in text
     assert "dev tasks (2, of pypi/toolz)" in text and "test tasks (3, run once)" in text
     assert "pass@8 resolved / right hunk" in text and sft_row.endswith("0.00 / 0.50 │")
     assert (
         "teacher-forced accuracy of sft on 2 dev trajectories: edit 0.625 of 80 tokens, "
         "fix 0.250 of 8 tokens, view -"
     ) in text
+
+
+def test_sfts_loss_is_reported_as_each_epochs_mean_beside_its_first_and_last_step() -> None:
+    """A single step's loss is one window's: each epoch (the same windows) is averaged."""
+    from sweflow.bench.learn import epoch_means
+
+    assert epoch_means([2.0, 1.0, 0.5, 0.5, 0.25, 0.25], 3) == [1.5, 0.5, 0.25]
+    assert epoch_means([3.0, 1.0, 2.0, 0.5, 0.5], 2) == [2.0, 1.0]  # 5 steps: 2 and 3
+    assert epoch_means([1.0], 3) == []
 
 
 def test_pass_at_k_counts_each_tasks_graded_samples_by_the_unbiased_estimator() -> None:
