@@ -513,10 +513,12 @@ def _runs(
 
 def _model_figures(runs: dict) -> dict:
     """A model's figures on a split: the scores' rates, ``resolve_rate`` (the name the learning
-    issue gives resolved_rate) and pass@k where the plan samples."""
+    issue gives resolved_rate), the rates per project and per bug operator (``breakdown``) and
+    pass@k where the plan samples."""
     rates = runs["rates"]
     extra = {"pass_at_k": runs["pass_at_k"]} if "pass_at_k" in runs else {}
-    return {**rates, "resolve_rate": rates["resolved_rate"], **extra}
+    by = {"breakdown": runs["breakdown"]}
+    return {**rates, "resolve_rate": rates["resolved_rate"], **by, **extra}
 
 
 def rl_check_figures(

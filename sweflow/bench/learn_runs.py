@@ -13,7 +13,7 @@ from sweflow.agent import AgentConfig, ModelConfig
 from sweflow.agent.runs.batch import load_done, trajectory_path
 from sweflow.agent.runs.passk import graded, pass_at_k
 from sweflow.agent.runs.plan import ClientFor, RunPlan, run_plan
-from sweflow.agent.runs.scores import rates, score_run
+from sweflow.agent.runs.scores import breakdown, rates, score_run
 from sweflow.agent.trajectory import Trajectory
 from sweflow.envcache.dataset import Dataset
 from sweflow.grading import Grader
@@ -64,7 +64,8 @@ def agent_runs(
 ) -> dict:
     """``rollouts`` graded agent runs per task with ``agent``'s limits, saved under ``out`` (a
     re-run resumes; the model is asked for only when a run is left), and their scores:
-    ``{"trajectories": [...], "rates": {...}}``. ``client_for`` plays the model instead (a
+    ``{"trajectories": [...], "rates": {...}, "breakdown": {...}}`` (the rates per project and
+    per bug operator). ``client_for`` plays the model instead (a
     policy without one, such as the scripted baseline)."""
     model = None
     if model_url is not None and runs_left(out, rows, rollouts):  # all saved: no server asked
@@ -82,8 +83,12 @@ def agent_runs(
     )
     trajectories = asyncio.run(run_plan(plan, lambda batch: batch.run(rows)))
     by_id = {row.instance_id: row for row in rows}
-    scores = [score_run(t, by_id[t.instance_id]) for t in trajectories]
-    return {"trajectories": trajectories, "rates": rates(scores).as_dict()}
+    scored = [(by_id[t.instance_id], score_run(t, by_id[t.instance_id])) for t in trajectories]
+    return {
+        "trajectories": trajectories,
+        "rates": rates([score for _, score in scored]).as_dict(),
+        "breakdown": breakdown(scored),
+    }
 
 
 def resolve_rates(trajectories: list[Trajectory]) -> dict[str, float]:

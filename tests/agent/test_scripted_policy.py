@@ -77,3 +77,8 @@ def test_on_real_sandboxes_its_views_follow_the_traceback(grading_dataset, tmp_p
             }
         score_run(traj, by_id[traj.instance_id])  # every run scores
     assert runs["rates"]["valid_action_rate"] == 1.0
+    by_project = runs["breakdown"]["project"]  # the rates per project and per bug operator
+    assert set(by_project) == {row.repo for row in rows}
+    assert sum(r["runs"] for r in by_project.values()) == len(rows)
+    assert sum(r["runs"] for r in runs["breakdown"]["operator"].values()) == len(rows)
+    assert "unknown" not in runs["breakdown"]["operator"]  # the demo's tasks are synthesized
