@@ -32,9 +32,7 @@ stages' settings, steps and models, and the figures, JSON and plots at the end.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
-import statistics
 from pathlib import Path
 
 from sweflow.agent.config import AgentConfig
@@ -43,6 +41,7 @@ from sweflow.agent.teacher.scripted_policy import scripted_clients
 from sweflow.agent.templates import demonstration
 from sweflow.agent.trajectory import Trajectory
 from sweflow.bench import DEMO, BenchError, bench_root, heldout_repos, wheelhouse
+from sweflow.bench.learn_figures import model_figures, rl_check_figures, sft_figures
 from sweflow.bench.learn_plan import BEFORE_RL, FULL, QUICK, RL_ONLY, LearnPlan, load_plan
 from sweflow.bench.learn_plots import learn_plots
 from sweflow.bench.learn_runs import (
@@ -66,7 +65,7 @@ from sweflow.tracking.run import tracked_run
 from sweflow.training.rl.config import RLConfig
 from sweflow.training.rl.trainer import train as train_rl
 from sweflow.training.sft.config import SFTConfig
-from sweflow.training.sft.train import SFTResult, train_sft
+from sweflow.training.sft.train import train_sft
 from sweflow.training.teacher_forced import KINDS, token_accuracy
 from sweflow.training.workdir import work_lock
 
@@ -195,7 +194,7 @@ def _measure(
         sft_config(plan, settings["seed"]),
         tracking=tracking,
     )
-    report["sft"] = _sft_figures(sft, plan.sft_epochs)
+    report["sft"] = sft_figures(sft, plan.sft_epochs)
 
     progress(f"teacher-forced accuracy on the teacher's trajectories of {len(eval_rows)} dev tasks")
     dev_gold = teach(eval_rows, out_dir=out / "gold-dev")
@@ -293,7 +292,7 @@ def _measure(
             figures[split]["rl"] = figures[split]["sft"]
         overfit["note"] = "no train task is resolved sometimes by the SFT model: RL did not run"
     for split in splits:
-        report[split] = {name: _model_figures(f) for name, f in figures[split].items()}
+        report[split] = {name: model_figures(f) for name, f in figures[split].items()}
     report["rl_overfit"] = overfit | rl_check_figures(chosen, before, after)
     report["minutes"] = run_folder.minutes()  # every invocation's, when a re-run continued it
     report["plots"] = learn_plots(report, out)
@@ -366,27 +365,6 @@ def _teacher_forced(models: dict[str, Path], gold: JobSummary, saved: Path) -> d
     saved.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(saved, json.dumps(figures, indent=1) + "\n")
     return figures
-
-
-def _sft_figures(sft: SFTResult, epochs: int) -> dict:
-    """SFT's steps and losses: the first and last step's (one window each: noisy), and each
-    epoch's mean (every epoch trains the same windows, so the means compare)."""
-    return {
-        "steps": sft.steps,
-        "loss_first": sft.losses[0] if sft.losses else None,
-        "loss_last": sft.final_loss,
-        "loss_epochs": epoch_means(sft.losses, epochs),
-        "loss_plot": sft.loss_plot,
-    }
-
-
-def epoch_means(losses: list[float], epochs: int) -> list[float]:
-    """The mean of each of ``epochs`` consecutive equal shares of ``losses`` (none when there
-    are fewer losses than epochs)."""
-    if len(losses) < epochs:
-        return []
-    ends = [round(i * len(losses) / epochs) for i in range(epochs + 1)]
-    return [round(statistics.fmean(losses[a:b]), 4) for a, b in itertools.pairwise(ends)]
 
 
 def _rl_tasks(
@@ -509,47 +487,3 @@ def _runs(
     prompt with the same limits."""
     agent = agent or _agent(plan, repeat_guard)
     return agent_runs(model, data, store, rows, out, agent, plan.max_tokens, **sampling)
-
-
-def _model_figures(runs: dict) -> dict:
-    """A model's figures on a split: the scores' rates, ``resolve_rate`` (the name the learning
-    issue gives resolved_rate), the rates per project and per bug operator (``breakdown``) and
-    pass@k where the plan samples."""
-    rates = runs["rates"]
-    extra = {"pass_at_k": runs["pass_at_k"]} if "pass_at_k" in runs else {}
-    by = {"breakdown": runs["breakdown"]}
-    return {**rates, "resolve_rate": rates["resolved_rate"], **by, **extra}
-
-
-def rl_check_figures(
-    chosen: list[Instance], before: list[Trajectory], after: list[Trajectory]
-) -> dict:
-    """The RL check per task (``tasks``: each one's before and after, each on its own fresh
-    samples, and its gain) and pooled over them (the mean of the tasks' rates): what is
-    claimed of RL is claimed task by task, so one task's jump cannot stand for all."""
-    tasks = []
-    for row in chosen:
-        mine = row.instance_id
-        figures = _sampled("before", [t for t in before if t.instance_id == mine])
-        figures |= _sampled("after", [t for t in after if t.instance_id == mine])
-        tasks.append({"instance_id": mine, **figures, "gain": _gain(figures)})
-    pooled = _sampled("before", before) | _sampled("after", after)
-    return {"tasks": tasks, **pooled, "gain": _gain(pooled)}
-
-
-def _gain(figures: dict) -> float | None:
-    before, after = figures.get("resolve_before"), figures.get("resolve_after")
-    return None if before is None or after is None else round(after - before, 3)
-
-
-def _sampled(when: str, runs: list[Trajectory]) -> dict:
-    """``resolve_<when>`` (the mean of the tasks' resolve rates) and the counts behind it: 4 of
-    16 against 0 of 16 reads as +0.25, and a second draw of 16 can move a rate that much."""
-    if not runs:
-        return {f"resolve_{when}": None}
-    per_task = list(resolve_rates(runs).values())
-    resolved = sum(run.resolved for run in runs)
-    return {
-        f"resolve_{when}": round(sum(per_task) / len(per_task), 3),
-        f"resolved_{when}": f"{resolved} of {len(runs)}",
-    }

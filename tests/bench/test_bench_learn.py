@@ -166,7 +166,7 @@ def test_without_json_a_person_reads_the_held_out_funnel_per_model() -> None:
 
 def test_sfts_loss_is_reported_as_each_epochs_mean_beside_its_first_and_last_step() -> None:
     """A single step's loss is one window's: each epoch (the same windows) is averaged."""
-    from sweflow.bench.learn import epoch_means
+    from sweflow.bench.learn_figures import epoch_means
 
     assert epoch_means([2.0, 1.0, 0.5, 0.5, 0.25, 0.25], 3) == [1.5, 0.5, 0.25]
     assert epoch_means([3.0, 1.0, 2.0, 0.5, 0.5], 2) == [2.0, 1.0]  # 5 steps: 2 and 3
@@ -259,7 +259,7 @@ def test_the_rl_check_reports_each_task_and_the_runs_behind_its_rates() -> None:
     from rich.console import Console
 
     from sweflow.agent.trajectory import Trajectory
-    from sweflow.bench.learn import _sampled, rl_check_figures
+    from sweflow.bench.learn_figures import _sampled, rl_check_figures
     from sweflow.cli.bench_measures import print_learn_report
 
     def runs(task: str, resolved: int, of: int) -> list[Trajectory]:
