@@ -106,6 +106,19 @@ class _Raised:
             raise AssertionError(f"{str(self.value)!r} does not match {regexp!r}")
         return True
 
+    @property
+    def typename(self):
+        return self.type.__name__
+
+    def exconly(self, tryshort=False):
+        return "".join(traceback.format_exception_only(self.type, self.value)).rstrip()
+
+    def errisinstance(self, exc):
+        return isinstance(self.value, exc)
+
+    def __getattr__(self, name):  # the rest of pytest's ExceptionInfo (traceback, getrepr, ...)
+        raise Unrunnable(f"the test uses pytest.raises(...).{name}")
+
 
 def raises(expected, *args, **kwargs):
     match = kwargs.pop("match", None)
