@@ -117,6 +117,8 @@ class _Raised:
         return isinstance(self.value, exc)
 
     def __getattr__(self, name):  # the rest of pytest's ExceptionInfo (traceback, getrepr, ...)
+        if name.startswith("_"):  # a probe (hasattr, copy, inspect): no such attribute
+            raise AttributeError(name)
         raise Unrunnable(f"the test uses pytest.raises(...).{name}")
 
 

@@ -41,7 +41,8 @@ def test_traceback():
 
 
 def test_match():
-    pytest.raises(ZeroDivisionError, div, 1, 0).match("by zero")
+    caught = pytest.raises(ZeroDivisionError, div, 1, 0)
+    assert caught.match("by zero") and not hasattr(caught, "__wrapped__")
 """
 
 
