@@ -39,8 +39,8 @@ def model_figures(runs: dict) -> dict:
     pass@k where the plan samples."""
     rates = runs["rates"]
     extra = {"pass_at_k": runs["pass_at_k"]} if "pass_at_k" in runs else {}
-    by = {"breakdown": runs["breakdown"]}
-    return {**rates, "resolve_rate": rates["resolved_rate"], **by, **extra}
+    named = {"resolve_rate": rates["resolved_rate"], "breakdown": runs["breakdown"]}
+    return {**rates, **named, **extra}
 
 
 def rl_check_figures(

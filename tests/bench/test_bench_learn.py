@@ -200,6 +200,14 @@ def test_pass_at_k_counts_each_tasks_graded_samples_by_the_unbiased_estimator() 
     }
 
 
+def _heldout_only(tmp_path: Path) -> Path:
+    """The demo's held-out tasks alone (toolz): a run on them stops before any work."""
+    dataset = tmp_path / "tasks.jsonl"
+    lines = DEMO.read_text().splitlines(keepends=True)
+    dataset.write_text("".join(line for line in lines if '"repo": "pypi/toolz"' in line))
+    return dataset
+
+
 def test_a_cut_short_run_is_continued_by_the_same_command(tmp_path, monkeypatch) -> None:
     """A run that stopped (here a stage refused its data; Ctrl-C and a lost session alike) keeps
     its folder, and the same command continues it, adding up the time spent; other settings or a
@@ -209,9 +217,7 @@ def test_a_cut_short_run_is_continued_by_the_same_command(tmp_path, monkeypatch)
 
     monkeypatch.setenv("SWEFLOW_CACHE", str(tmp_path / "cache"))
     runs = tmp_path / "cache" / "bench" / "learn" / "runs"
-    dataset = tmp_path / "tasks.jsonl"  # held-out tasks only: the run stops before any work
-    lines = DEMO.read_text().splitlines(keepends=True)
-    dataset.write_text("".join(line for line in lines if '"repo": "pypi/toolz"' in line))
+    dataset = _heldout_only(tmp_path)
     said: list[str] = []
     spent = []
     for _ in range(2):
@@ -240,9 +246,7 @@ def test_the_full_plans_settings_with_its_test_split_are_saved_as_json(tmp_path,
     from sweflow.bench.learn import FULL, load_plan, run
 
     monkeypatch.setenv("SWEFLOW_CACHE", str(tmp_path / "cache"))
-    dataset = tmp_path / "tasks.jsonl"  # held-out tasks only: the run stops before any work
-    lines = DEMO.read_text().splitlines(keepends=True)
-    dataset.write_text("".join(line for line in lines if '"repo": "pypi/toolz"' in line))
+    dataset = _heldout_only(tmp_path)
     plan = load_plan(FULL)
     assert plan.test_dataset is not None
     with pytest.raises(BenchError, match="no train or no held-out task"):

@@ -13,14 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweflow.agent.config import TeacherEdits
+from sweflow.agent.config import AgentConfig, TeacherEdits
 from sweflow.agent.runs.export import write_predictions, write_sft
 from sweflow.agent.trajectory import DECLINED, Trajectory
 from sweflow.harness.specs import SpecTable
 from sweflow.instances import Instance
 
 if TYPE_CHECKING:
-    from sweflow.agent.config import AgentConfig
     from sweflow.agent.runs.batch import Batch
     from sweflow.agent.runs.executor_batch import ExecutorBatch
     from sweflow.agent.runs.tts import Selection
@@ -143,7 +142,6 @@ def replay_collect(
     ``hide_durations``) and its step limit. Rows whose gold patch cannot be read raise, naming
     them; rows the teacher declines (no clue leads to a place the patch changes, or a route
     longer than the student's step limit) are in the summary's ``skipped``, with why."""
-    from sweflow.agent.config import AgentConfig
     from sweflow.agent.runs.plan import RunPlan, run_plan
     from sweflow.agent.teacher.replay import ReplayError, replay_clients
     from sweflow.grading import Grader
