@@ -275,7 +275,7 @@ def _measure(
         overfit.update(reward_first_quarter=first, reward_last_quarter=last, curves=rl.curves)
     if chosen:
         with served_model(rl_model, out / "rl", progress) as model:
-            evaluate("rl", model)
+            # the check first: a run cut short after it has RL's answer on disk
             samples = _runs(
                 model,
                 data,
@@ -287,6 +287,7 @@ def _measure(
                 temperature=1.0,
             )
             after = samples["trajectories"]
+            evaluate("rl", model)
     else:  # no RL ran: the SFT+RL model is the SFT model
         for split in splits:
             figures[split]["rl"] = figures[split]["sft"]
