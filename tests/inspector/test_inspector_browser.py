@@ -57,7 +57,7 @@ def browser(tmp_path_factory):
     """``browser(url, *flags) -> stdout``: one headless Chromium run on a fresh profile."""
     binary = chromium_path()
 
-    def run(url: str, *flags: str) -> str:
+    def once(url: str, *flags: str) -> str:
         profile = tmp_path_factory.mktemp("profile")
         argv = [binary, *QUIET, f"--user-data-dir={profile}", "--virtual-time-budget=5000"]
         done = subprocess.run(
@@ -65,6 +65,16 @@ def browser(tmp_path_factory):
         )
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout
+
+    def run(url: str, *flags: str) -> str:
+        # headless Chromium with a virtual-time budget now and then hangs (once in a
+        # fresh-clone .ci/run on 2026-12-05; 18 s on the rerun): one hang is retried on a fresh
+        # profile, a second fails the test
+        try:
+            return once(url, *flags)
+        except subprocess.TimeoutExpired:
+            print(f"chromium hung on {url} for 120 s: retried once on a fresh profile")
+            return once(url, *flags)
 
     return run
 
