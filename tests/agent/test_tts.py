@@ -96,9 +96,11 @@ def test_pass_at_k_is_the_share_of_draws_with_a_success() -> None:
 
 
 def test_pass_at_k_refuses_impossible_counts() -> None:
-    for n, c, k in [(3, 4, 1), (3, 1, 0), (3, 1, 4)]:
+    for n, c, k in [(3, 4, 1), (3, 1, 0)]:
         with pytest.raises(ValueError):
             pass_at_k(n, c, k)
+    with pytest.raises(ValueError, match="pass@4 needs at least 4 samples, not 3"):
+        pass_at_k(3, 1, 4)
 
 
 def run(iid: str, index: int, resolved: bool | None, patch: str = "", **kw) -> Trajectory:

@@ -21,29 +21,9 @@ from sweflow.training.rl.validation import (
     ValidationSettings,
     ks,
     measure,
-    pass_at_k,
     pick,
     read,
 )
-
-
-def test_pass_at_k_is_the_unbiased_estimator() -> None:
-    """1 - C(n-c, k) / C(n, k) (Chen et al. 2021), checked by hand and against the mean over
-    every k-subset of the n episodes: the chance that one of k drawn without replacement
-    resolved."""
-    assert pass_at_k(4, 1, 1) == 0.25 and pass_at_k(4, 1, 2) == 0.5
-    assert pass_at_k(5, 2, 3) == pytest.approx(1 - 1 / 10)
-    assert pass_at_k(8, 0, 4) == 0.0 and pass_at_k(3, 1, 3) == 1.0
-    from itertools import combinations
-
-    outcomes = [True, False, False, True, False, False]
-    for k in range(1, 7):
-        subsets = list(combinations(outcomes, k))
-        exact = sum(any(s) for s in subsets) / len(subsets)
-        assert pass_at_k(6, 2, k) == pytest.approx(exact)
-        assert len(subsets) == comb(6, k)
-    with pytest.raises(ValueError, match="pass@3 needs at least 3"):
-        pass_at_k(2, 1, 3)
 
 
 def test_a_measurement_leaves_infrastructure_failures_unscored() -> None:

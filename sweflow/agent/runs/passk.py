@@ -24,8 +24,10 @@ from sweflow.agent.trajectory import Trajectory
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Chen et al.'s unbiased pass@k of one task with ``c`` of ``n`` samples resolving."""
-    if not (0 <= c <= n and 1 <= k <= n):
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, not {n}")
+    if not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n resolved samples, got c={c} of n={n}")
     if n - c < k:  # every draw of k holds a resolving sample
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)

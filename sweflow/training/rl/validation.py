@@ -21,7 +21,6 @@ measurement is a row of ``metrics.jsonl`` (``"kind": "validation"``), TensorBoar
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
+from sweflow.agent.runs.passk import pass_at_k
 from sweflow.configfile import ConfigModel
 from sweflow.instances import Instance
 
@@ -101,14 +101,6 @@ def ks(samples: int) -> list[int]:
     """The k of pass@k reported for ``samples`` episodes a task: 1, the powers of 2 below it,
     and itself."""
     return sorted({1, samples, *(2**i for i in range(1, samples.bit_length()) if 2**i < samples)})
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased estimate that at least one of k episodes resolves the task, from n episodes
-    of which c resolved (Chen et al. 2021): ``1 - C(n-c, k) / C(n, k)``; needs n >= k."""
-    if k > n:
-        raise ValueError(f"pass@{k} needs at least {k} episodes, not {n}")
-    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 @dataclass
