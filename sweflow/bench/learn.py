@@ -223,10 +223,12 @@ def _measure(
                     temperature=1.0,
                     **options,
                 )
-                runs["pass_at_k"] = pass_at_k_rates(sampled["trajectories"], rows, plan.pass_k)
-            elif plan.pass_k:  # deterministic: its one run is every sample
+                figures_k = pass_at_k_rates(sampled["trajectories"], rows, plan.pass_k)
+                runs["pass_at_k"] = figures_k | {"greedy": False}
+            else:  # one greedy run a task: its pass@1 (a deterministic policy's, every k's)
                 runs["pass_at_k"] = pass_at_k_rates(runs["trajectories"], rows, 1) | {
-                    "k": plan.pass_k
+                    "k": plan.pass_k or 1,
+                    "greedy": True,
                 }
             figures[split][name] = runs
 

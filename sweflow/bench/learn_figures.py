@@ -35,8 +35,8 @@ def epoch_means(losses: list[float], epochs: int) -> list[float]:
 
 def model_figures(runs: dict) -> dict:
     """A model's figures on a split: the scores' rates, ``resolve_rate`` (the name the learning
-    issue gives resolved_rate), the rates per project and per bug operator (``breakdown``) and
-    pass@k where the plan samples."""
+    issue gives resolved_rate), the rates per project and per bug operator (``breakdown``)
+    and pass@k (of the greedy runs, k 1, where the plan samples nothing)."""
     rates = runs["rates"]
     extra = {"pass_at_k": runs["pass_at_k"]} if "pass_at_k" in runs else {}
     named = {"resolve_rate": rates["resolved_rate"], "breakdown": runs["breakdown"]}

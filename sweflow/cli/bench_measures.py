@@ -292,7 +292,11 @@ def print_learn_report(report: dict, out: Console) -> None:
         table.add_column("valid actions", justify="right")
         for name in FUNNEL:
             table.add_column(name.replace("_", " "), justify="right")
-        sampled = [f["pass_at_k"] for f in report[split].values() if "pass_at_k" in f]
+        sampled = [  # the greedy runs' pass@1 repeats their own columns
+            f["pass_at_k"]
+            for f in report[split].values()
+            if not f.get("pass_at_k", {"greedy": True}).get("greedy")
+        ]
         if sampled:
             table.add_column(f"pass@{sampled[0]['k']} resolved / right hunk", justify="right")
         for model, figures in report[split].items():
