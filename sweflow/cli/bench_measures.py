@@ -295,7 +295,7 @@ def print_learn_report(report: dict, out: Console) -> None:
         sampled = [  # the greedy runs' pass@1 repeats their own columns
             f["pass_at_k"]
             for f in report[split].values()
-            if not f.get("pass_at_k", {"greedy": True}).get("greedy")
+            if "pass_at_k" in f and not f["pass_at_k"].get("greedy")
         ]
         if sampled:
             table.add_column(f"pass@{sampled[0]['k']} resolved / right hunk", justify="right")
